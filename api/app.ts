@@ -1,0 +1,33 @@
+/**
+ * The Koa application: request context and logging, plane-aware error
+ * rendering, the resource routers, and a JSON 404 for everything else.
+ */
+import Koa from 'koa';
+import Router from '@koa/router';
+import type { AppDeps } from './deps.js';
+import { ApiError, errorHandler } from './http/errors.js';
+import { requestContext } from './http/requestContext.js';
+import { routeModules, type RouteModule } from './routes/index.js';
+import { ADMIN_PREFIX } from './routes/admin/index.js';
+
+export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules): Koa {
+  const app = new Koa({ proxy: deps.config.http.trustProxy });
+  app.silent = true; // errors are logged by errorHandler, never printed raw
+  const router = new Router();
+  for (const m of modules) m.register(router, deps);
+
+  app.use(requestContext(deps.logger));
+  app.use(errorHandler());
+  app.use(router.routes());
+  app.use(router.allowedMethods({ throw: false }));
+  app.use(async (ctx, next) => {
+    if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) return next();
+    const isAdmin = ctx.path === ADMIN_PREFIX || ctx.path.startsWith(`${ADMIN_PREFIX}/`);
+    if (isAdmin) ctx.state.plane = 'admin';
+    if (ctx.status === 405) {
+      throw new ApiError(405, 'method_not_allowed', `Method ${ctx.method} is not allowed on ${ctx.path}.`);
+    }
+    throw new ApiError(404, 'not_found', `Unknown ${isAdmin ? 'admin ' : ''}route ${ctx.method} ${ctx.path}.`);
+  });
+  return app;
+}

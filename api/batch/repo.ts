@@ -1,0 +1,225 @@
+/** Postgres access for batch workflows: rows in, API shapes out (the presenter lives here too). */
+import type { Knex } from 'knex';
+import type { StepStatus, StepView, WorkflowParams, WorkflowStatus } from './types.js';
+
+export interface WorkflowRow {
+  id: string;
+  request_id: string;
+  owner_id: string;
+  key_id: string;
+  status: WorkflowStatus;
+  params: WorkflowParams;
+  output: Record<string, unknown>;
+  error: { name: string; message: string } | null;
+  lease_owner: string | null;
+  lease_until: Date | null;
+  job_id: string | null;
+  runs: number;
+  created_at: Date;
+  updated_at: Date;
+  started_at: Date | null;
+  ended_at: Date | null;
+}
+
+interface StepRow {
+  workflow_id: string;
+  name: string;
+  seq: number;
+  status: StepStatus;
+  started_at: Date | null;
+  ended_at: Date | null;
+  attempts: number;
+  error: string | null;
+}
+
+export class WorkflowRepo {
+  constructor(readonly db: Knex) {}
+
+  /**
+   * Inserts a queued workflow, or returns the tenant's unfinished workflow
+   * for the same request_id (a resubmission while it runs is idempotent).
+   */
+  async createOrGetActive(row: Pick<WorkflowRow, 'id' | 'request_id' | 'owner_id' | 'key_id' | 'params'>): Promise<{ id: string; created: boolean }> {
+    const inserted = await this.db.raw(
+      `INSERT INTO batch_workflows (id, request_id, owner_id, key_id, params)
+       VALUES (?, ?, ?, ?, ?::jsonb)
+       ON CONFLICT (owner_id, request_id) WHERE status IN ('queued', 'running') DO NOTHING
+       RETURNING id`,
+      [row.id, row.request_id, row.owner_id, row.key_id, JSON.stringify(row.params)],
+    );
+    if (inserted.rows.length) return { id: row.id, created: true };
+    const existing = await this.db('batch_workflows')
+      .where({ owner_id: row.owner_id, request_id: row.request_id })
+      .whereIn('status', ['queued', 'running'])
+      .first('id');
+    if (existing) return { id: existing.id as string, created: false };
+    // It finished between the two statements: try once more.
+    return this.createOrGetActive(row);
+  }
+
+  /**
+   * Everything a poll answers, in one statement (the workflow of this owner
+   * and its steps, in order): polls are the hottest read of the batch plane.
+   */
+  async pollView(
+    id: string,
+    ownerId: string,
+  ): Promise<
+    | (Pick<WorkflowRow, 'id' | 'request_id' | 'status' | 'error'> & { output: Record<string, unknown> | null; steps: StepView[] })
+    | undefined
+  > {
+    const res = await this.db.raw(
+      `SELECT w.id, w.request_id, w.status, w.error,
+              CASE WHEN w.status = 'complete' THEN w.output END AS output,
+              COALESCE((
+                SELECT json_agg(json_build_object(
+                         'name', s.name,
+                         'status', s.status,
+                         'started_at', ${isoUtc('s.started_at')},
+                         'ended_at', ${isoUtc('s.ended_at')},
+                         'attempts', s.attempts) ORDER BY s.seq)
+                FROM batch_steps s WHERE s.workflow_id = w.id), '[]'::json) AS steps
+       FROM batch_workflows w
+       WHERE w.id = ? AND w.owner_id = ?`,
+      [id, ownerId],
+    );
+    return res.rows[0];
+  }
+
+  async get(id: string): Promise<WorkflowRow | undefined> {
+    return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
+  }
+
+  async steps(id: string): Promise<StepView[]> {
+    const rows = await this.db<StepRow>('batch_steps').where({ workflow_id: id }).orderBy('seq');
+    return rows.map((r) => ({
+      name: r.name,
+      status: r.status,
+      started_at: r.started_at ? r.started_at.toISOString() : null,
+      ended_at: r.ended_at ? r.ended_at.toISOString() : null,
+      attempts: r.attempts,
+    }));
+  }
+
+  /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */
+  async acquire(id: string, owner: string, leaseSeconds: number, jobId: string | null = null): Promise<WorkflowRow | undefined> {
+    const res = await this.db.raw(
+      `UPDATE batch_workflows
+         SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
+             started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now()
+       WHERE id = ? AND status IN ('queued', 'running')
+         AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
+       RETURNING *`,
+      [owner, leaseSeconds, jobId, id, owner],
+    );
+    return res.rows[0] as WorkflowRow | undefined;
+  }
+
+  /** False when the lease was lost (another process took over). */
+  async renew(id: string, owner: string, leaseSeconds: number): Promise<boolean> {
+    const n = await this.db('batch_workflows')
+      .where({ id, lease_owner: owner })
+      .whereIn('status', ['running'])
+      .update({ lease_until: this.db.raw('now() + make_interval(secs => ?)', [leaseSeconds]) });
+    return n > 0;
+  }
+
+  async release(id: string, owner: string): Promise<void> {
+    await this.db('batch_workflows').where({ id, lease_owner: owner }).update({ lease_owner: null, lease_until: null });
+  }
+
+  /** Merges step outputs into the workflow's output. */
+  async saveOutput(id: string, patch: Record<string, unknown>): Promise<void> {
+    await this.db('batch_workflows')
+      .where({ id })
+      .update({ output: this.db.raw('output || ?::jsonb', [JSON.stringify(patch)]), updated_at: this.db.fn.now() });
+  }
+
+  async finish(id: string, owner: string, status: 'complete' | 'errored', error?: { name: string; message: string }): Promise<boolean> {
+    const n = await this.db('batch_workflows')
+      .where({ id, lease_owner: owner, status: 'running' })
+      .update({
+        status,
+        error: error ? JSON.stringify(error) : null,
+        ended_at: this.db.fn.now(),
+        updated_at: this.db.fn.now(),
+        lease_owner: null,
+        lease_until: null,
+      });
+    return n > 0;
+  }
+
+  async stepStart(id: string, name: string, seq: number): Promise<void> {
+    await this.db.raw(
+      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, attempts)
+       VALUES (?, ?, ?, 'running', now(), 1)
+       ON CONFLICT (workflow_id, name) DO UPDATE
+         SET status = 'running', started_at = now(), ended_at = NULL, error = NULL, attempts = batch_steps.attempts + 1`,
+      [id, name, seq],
+    );
+  }
+
+  async stepSet(id: string, name: string, seq: number, status: StepStatus, error?: string): Promise<void> {
+    const ended = status === 'complete' || status === 'errored' || status === 'skipped';
+    await this.db.raw(
+      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts, error)
+       VALUES (?, ?, ?, ?, now(), ${ended ? 'now()' : 'NULL'}, 0, ?)
+       ON CONFLICT (workflow_id, name) DO UPDATE
+         SET status = EXCLUDED.status, ended_at = ${ended ? 'now()' : 'NULL'}, error = EXCLUDED.error`,
+      [id, name, seq, status, error ?? null],
+    );
+  }
+
+  /** A step satisfied by earlier work (a checkpoint): shown complete with no attempt, an earlier row is kept as it is. */
+  async stepReused(id: string, name: string, seq: number): Promise<void> {
+    await this.db.raw(
+      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts)
+       VALUES (?, ?, ?, 'complete', now(), now(), 0)
+       ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'complete', ended_at = coalesce(batch_steps.ended_at, now())
+       WHERE batch_steps.status <> 'complete'`,
+      [id, name, seq],
+    );
+  }
+
+  /** Workflows whose run died (lapsed lease) or whose queue job got lost. */
+  async stale(queuedOlderThanSeconds: number, limit = 100): Promise<{ id: string; status: string; job_id: string | null }[]> {
+    const rows = await this.db('batch_workflows')
+      .where((q) =>
+        q
+          .where('status', 'running')
+          .andWhere((w) => w.whereNull('lease_until').orWhere('lease_until', '<', this.db.fn.now())),
+      )
+      .orWhere((q) =>
+        q
+          .where('status', 'queued')
+          .andWhere('created_at', '<', this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds])),
+      )
+      .orderBy('created_at')
+      .limit(limit)
+      .select('id', 'status', 'job_id');
+    return rows as { id: string; status: string; job_id: string | null }[];
+  }
+
+  async recordDelivery(d: {
+    workflow_id: string;
+    message_id: string;
+    attempt: number;
+    url: string;
+    outcome: 'delivered' | 'failed' | 'gone' | 'abandoned';
+    status_code: number | null;
+    error: string | null;
+    duration_ms: number;
+    next_attempt_at: Date | null;
+  }): Promise<void> {
+    await this.db('batch_webhook_deliveries').insert(d);
+  }
+
+  async deliveries(workflowId: string): Promise<Record<string, unknown>[]> {
+    return this.db('batch_webhook_deliveries').where({ workflow_id: workflowId }).orderBy('attempt');
+  }
+}
+
+/** A timestamptz as JavaScript's toISOString() writes it (UTC, milliseconds, Z), or null. */
+function isoUtc(column: string): string {
+  return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+}

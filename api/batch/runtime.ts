@@ -1,0 +1,315 @@
+/**
+ * The batch plane of one API process: the pg-boss queues (workflow runs and
+ * webhook deliveries), the workers that run them, the sweeper that re-queues
+ * workflows whose process died, and the submission/poll/artifact operations
+ * the routes call.
+ *
+ * Lifecycle (called by the process entry): `startBatch(deps)` at start-up,
+ * `stopBatch(deps)` at shutdown. Routes use `batchRuntime(deps)`; submissions
+ * made before start are picked up by the sweeper once it runs.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import PgBoss from 'pg-boss';
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { Config } from '../../shared/config/index.js';
+import type { Principal } from '../../shared/auth/index.js';
+import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
+import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
+import type { SpeechEngine } from '../../shared/stt/types.js';
+import { WorkflowRepo } from './repo.js';
+import type { JobRequest, StepView, WorkflowParams, WorkflowStatus } from './types.js';
+import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
+import { type RunnerHooks, Semaphore, WorkflowRunner } from './workflow.js';
+
+export const WORKFLOW_QUEUE = 'batch-workflow';
+export const WEBHOOK_QUEUE = 'batch-webhook';
+
+export interface BatchRuntimeDeps {
+  config: Config;
+  logger: Logger;
+  db: Knex;
+  speech?: SpeechEngine;
+  /** Overrides for tests and benchmarks. */
+  store?: ArtifactStore;
+  hooks?: RunnerHooks;
+}
+
+export interface JobAccepted {
+  request_id: string;
+  workflow_id: string;
+  status: 'queued';
+  endpoint: string;
+  poll_endpoint: string;
+}
+
+export interface WorkflowView {
+  workflow_id: string;
+  request_id: string;
+  status: WorkflowStatus;
+  steps: StepView[];
+  output?: Record<string, unknown>;
+  error: { name: string; message: string } | null;
+}
+
+export class BatchRuntime {
+  readonly repo: WorkflowRepo;
+  readonly store: ArtifactStore;
+  readonly outbound: OutboundClient;
+  private boss: PgBoss | undefined;
+  private starting: Promise<void> | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
+  private runner: WorkflowRunner | undefined;
+  private deliverer: WebhookDeliverer | undefined;
+  private readonly log: Logger;
+
+  constructor(private readonly d: BatchRuntimeDeps) {
+    this.repo = new WorkflowRepo(d.db);
+    this.store = d.store ?? createArtifactStore(d.config.batch.storage);
+    this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
+    this.log = d.logger.child({ component: 'batch' });
+  }
+
+  get started(): boolean {
+    return this.boss !== undefined;
+  }
+
+  // ---------- lifecycle ----------
+
+  async start(opts: { workers?: boolean } = {}): Promise<void> {
+    this.starting ??= this.doStart(opts.workers ?? this.d.config.batch.workersEnabled);
+    return this.starting;
+  }
+
+  private async doStart(workers: boolean): Promise<void> {
+    const cfg = this.d.config;
+    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
+    await this.store.init();
+    const boss = new PgBoss({
+      connectionString: cfg.databaseUrl,
+      schema: cfg.batch.pgBossSchema,
+      max: 4,
+      schedule: false,
+      supervise: true,
+    });
+    boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
+    await boss.start();
+    // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
+    await boss.createQueue(WORKFLOW_QUEUE, { name: WORKFLOW_QUEUE, policy: 'stately', retryLimit: 3, retryDelay: 5, expireInSeconds: 4 * 3600 });
+    await boss.createQueue(WEBHOOK_QUEUE, { name: WEBHOOK_QUEUE, policy: 'standard', retryLimit: 2, retryDelay: 30, expireInSeconds: 600 });
+    this.boss = boss;
+    if (!workers) return;
+
+    if (!this.d.speech) {
+      // A worker-only process has no segment route that created the engine.
+      const { createSpeechEngine } = await import('../../shared/stt/index.js');
+      (this.d as { speech?: SpeechEngine }).speech = createSpeechEngine(cfg, this.d.logger);
+    }
+    const secret = await loadWebhookSecret(cfg.batch.webhook);
+    try {
+      signedHeaders(secret, 'msg_check', new Date(), '{}');
+    } catch {
+      throw new Error('WEBHOOK_SECRET must be "whsec_" followed by base64 (Standard Webhooks format)');
+    }
+    this.runner = new WorkflowRunner({
+      db: this.d.db,
+      repo: this.repo,
+      store: this.store,
+      speech: this.d.speech!,
+      outbound: this.outbound,
+      config: cfg.batch,
+      ffmpegPath: cfg.speech.audio.ffmpegPath,
+      defaultModel: cfg.speech.segment.defaultModel,
+      usageWindowSeconds: cfg.usageWindowSeconds,
+      engineSlots: new Semaphore(cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16)),
+      logger: this.log,
+      hooks: this.d.hooks,
+      enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
+    });
+    this.deliverer = new WebhookDeliverer({
+      repo: this.repo,
+      store: this.store,
+      outbound: this.outbound,
+      config: cfg.batch,
+      secret,
+      logger: this.log,
+      schedule: (job, delay) => this.sendWebhook(job, delay),
+    });
+    const runner = this.runner;
+    const deliverer = this.deliverer;
+    for (let i = 0; i < cfg.batch.workflowsPerProcess; i++) {
+      await boss.work<{ workflowId: string }>(WORKFLOW_QUEUE, { batchSize: 1, pollingIntervalSeconds: 0.5 }, async ([job]) => {
+        await runner.run(job.data.workflowId, job.id);
+      });
+    }
+    await boss.work<WebhookDeliveryJob>(WEBHOOK_QUEUE, { batchSize: 1, pollingIntervalSeconds: 0.5 }, async ([job]) => {
+      await deliverer.deliver(job.data);
+    });
+    const sweep = () => {
+      this.sweep().catch((err) => this.log.warn({ err }, 'batch sweep failed'));
+    };
+    sweep();
+    this.sweeper = setInterval(sweep, cfg.batch.sweepIntervalMs);
+    this.sweeper.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    const boss = this.boss;
+    await this.runner?.shutdown();
+    this.boss = undefined;
+    this.starting = undefined;
+    if (boss) await boss.stop({ graceful: true, timeout: 5000, wait: true }).catch((err) => this.log.warn({ err }, 'pg-boss stop'));
+    await this.store.close();
+  }
+
+  /** Re-queues workflows whose run died (lapsed lease) or whose queue job was lost. */
+  async sweep(): Promise<number> {
+    const stale = await this.repo.stale(Math.max(30, this.d.config.batch.leaseSeconds));
+    for (const w of stale) {
+      await this.closeDeadJobs(w.id);
+      await this.enqueue(w.id);
+    }
+    if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
+    return stale.length;
+  }
+
+  /**
+   * A dead run's job stays `active` in pg-boss until it expires and, under
+   * the stately policy, keeps a new job for the same workflow from starting:
+   * complete it (it is dead: the workflow's lease lapsed or was never taken).
+   */
+  private async closeDeadJobs(workflowId: string): Promise<void> {
+    if (!this.boss) return;
+    const schema = this.d.config.batch.pgBossSchema.replace(/"/g, '""');
+    const { rows } = await this.boss
+      .getDb()
+      .executeSql(`SELECT id FROM "${schema}".job WHERE name = $1 AND singleton_key = $2 AND state = 'active'`, [WORKFLOW_QUEUE, workflowId]);
+    const ids = (rows as { id: string }[]).map((r) => r.id);
+    if (ids.length) await this.boss.complete(WORKFLOW_QUEUE, ids).catch((err) => this.log.warn({ err }, 'could not close dead job'));
+  }
+
+  private async enqueue(workflowId: string): Promise<void> {
+    if (!this.boss) return; // the sweeper of a started process picks it up
+    await this.boss.send(WORKFLOW_QUEUE, { workflowId }, { singletonKey: workflowId });
+  }
+
+  private async sendWebhook(job: WebhookDeliveryJob, delaySeconds: number): Promise<void> {
+    if (!this.boss) throw new Error('batch runtime stopped');
+    await this.boss.send(WEBHOOK_QUEUE, job, { startAfter: Math.ceil(delaySeconds) });
+  }
+
+  // ---------- operations used by the routes ----------
+
+  /**
+   * Early refusal of URLs that can never be fetched: not http(s), with
+   * credentials, or an IP literal outside the allowed ranges. Host names are
+   * checked when fetched, on the address actually connected to.
+   */
+  destinationAllowed(raw: string): boolean {
+    let url: URL;
+    try {
+      url = OutboundClient.parseUrl(raw);
+    } catch {
+      return false;
+    }
+    const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
+    return !isIpLiteral(host) || this.outbound.policy.addressAllowed(host, url.hostname);
+  }
+
+  async submit(principal: Principal, body: JobRequest): Promise<JobAccepted> {
+    const requestId = body.request_id ?? randomUUID();
+    const params: WorkflowParams = {
+      audio_url: body.audio_url,
+      request_id: requestId,
+      language: body.language,
+      model: body.model,
+      prompt: body.prompt,
+      segment_seconds: Math.max(body.segment_seconds ?? 300, this.d.config.batch.minSegmentSeconds),
+      response_format: body.response_format ?? 'verbose_json',
+      concurrency: Math.max(1, Math.min(Math.floor(body.concurrency ?? 6) || 1, this.d.config.batch.maxConcurrency)),
+      webhook_url: body.webhook_url,
+      review: body.review ?? false,
+      metadata: body.metadata,
+      max_audio_seconds: principal.limits.maxAudioSecondsPerRequest,
+      max_window_seconds: principal.limits.maxAudioSecondsPerWindow,
+    };
+    const { id, created } = await this.repo.createOrGetActive({
+      id: newWorkflowId(),
+      request_id: requestId,
+      owner_id: principal.ownerId,
+      key_id: principal.keyId,
+      params,
+    });
+    if (created) await this.enqueue(id);
+    return {
+      request_id: requestId,
+      workflow_id: id,
+      status: 'queued',
+      endpoint: `GET /${id}`,
+      poll_endpoint: `GET /v1/audio/transcriptions/jobs/${id}`,
+    };
+  }
+
+  /** The workflow as the owning tenant sees it; undefined for unknown ids and other tenants' workflows. */
+  async view(ownerId: string, workflowId: string): Promise<WorkflowView | undefined> {
+    const row = await this.repo.pollView(workflowId, ownerId);
+    if (!row) return undefined;
+    const view: WorkflowView = {
+      workflow_id: row.id,
+      request_id: row.request_id,
+      status: row.status,
+      steps: row.steps,
+      error: row.status === 'errored' ? row.error : null,
+    };
+    if (row.status === 'complete' && row.output) {
+      const o = row.output;
+      view.output = {
+        probe: o.probe,
+        slice: o.slice,
+        chunks: o.chunks,
+        aggregate: o.aggregate,
+        review: o.review ?? null,
+        report: o.report,
+        result: o.result,
+      };
+    }
+    return view;
+  }
+
+  /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */
+  async readArtifact(ownerId: string, key: string): Promise<unknown | null> {
+    return tenantStore(this.store, ownerId).getJson(key);
+  }
+}
+
+export function newWorkflowId(): string {
+  return `cf_${randomBytes(32).toString('hex')}`;
+}
+
+// ---------- one runtime per AppDeps ----------
+
+const runtimes = new WeakMap<object, BatchRuntime>();
+
+/** The batch runtime of an app's deps (created on first use, not started). */
+export function batchRuntime(deps: BatchRuntimeDeps): BatchRuntime {
+  let rt = runtimes.get(deps);
+  if (!rt) {
+    rt = new BatchRuntime(deps);
+    runtimes.set(deps, rt);
+  }
+  return rt;
+}
+
+/** Start the batch queues, workers and sweeper of this process (call once at start-up). */
+export async function startBatch(deps: BatchRuntimeDeps, opts: { workers?: boolean } = {}): Promise<BatchRuntime> {
+  const rt = batchRuntime(deps);
+  await rt.start(opts);
+  return rt;
+}
+
+/** Stop them (call at shutdown, before the database pool closes). */
+export async function stopBatch(deps: BatchRuntimeDeps): Promise<void> {
+  await runtimes.get(deps)?.stop();
+}

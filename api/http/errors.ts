@@ -1,0 +1,121 @@
+/**
+ * Errors and their shapes. Each plane of the interface has its own error body
+ * (section 7.2); a route group declares its plane once (`usePlane`) and every
+ * error thrown below it is rendered in that shape by `errorHandler`.
+ *
+ * - api:    `{error: {message, type, code}}` (segment, session token, unknown routes)
+ * - batch:  `{error: message, code}` (jobs, polls, artifacts)
+ * - admin:  `{ok: false, error: {code, message, retryable}}`
+ */
+import type { Context, Middleware, Next } from 'koa';
+
+export type Plane = 'api' | 'batch' | 'admin';
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly opts: { retryable?: boolean; headers?: Record<string, string>; type?: string } = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+const OPENAI_TYPES: Record<number, string> = {
+  401: 'authentication_error',
+  403: 'permission_error',
+  429: 'rate_limit_error',
+};
+
+function openAiType(err: ApiError): string {
+  if (err.opts.type) return err.opts.type;
+  if (err.status >= 500) return 'server_error';
+  return OPENAI_TYPES[err.status] ?? 'invalid_request_error';
+}
+
+export function renderError(plane: Plane, err: ApiError): unknown {
+  switch (plane) {
+    case 'admin':
+      return {
+        ok: false,
+        error: { code: err.code, message: err.message, retryable: err.opts.retryable ?? err.status >= 500 },
+      };
+    case 'batch':
+      return { error: err.message, code: err.code };
+    default:
+      return { error: { message: err.message, type: openAiType(err), code: err.code } };
+  }
+}
+
+export function usePlane(plane: Plane): Middleware {
+  return async (ctx: Context, next: Next) => {
+    ctx.state.plane = plane;
+    await next();
+  };
+}
+
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'EPIPE',
+  '57P01', // admin_shutdown
+  '57P03', // cannot_connect_now
+  '53300', // too_many_connections
+  '08006',
+  '08001',
+  '08003',
+]);
+
+/** True for errors that mean the database (or Redis) could not be reached. */
+export function isStoreUnavailable(err: unknown): boolean {
+  const e = err as { code?: string; name?: string; message?: string; errors?: unknown[] };
+  if (!e || typeof e !== 'object') return false;
+  if (e.code && UNAVAILABLE_CODES.has(e.code)) return true;
+  if (e.name === 'KnexTimeoutError') return true;
+  if (Array.isArray(e.errors) && e.errors.some(isStoreUnavailable)) return true;
+  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(e.message ?? '');
+}
+
+/** Translates errors thrown by body parsers and the like into ApiErrors. */
+export function toApiError(err: unknown, plane: Plane): ApiError {
+  if (err instanceof ApiError) return err;
+  const e = err as { status?: number; statusCode?: number; type?: string; message?: string; expose?: boolean };
+  const status = e?.status ?? e?.statusCode;
+  if (status === 413 || e?.type === 'entity.too.large') {
+    return new ApiError(413, 'payload_too_large', 'The request body is too large.');
+  }
+  if (e?.type === 'entity.parse.failed' || (status === 400 && /JSON/i.test(e?.message ?? ''))) {
+    return new ApiError(400, 'invalid_json', 'The request body is not valid JSON.');
+  }
+  if (status && status >= 400 && status < 500 && e.expose) {
+    return new ApiError(status, 'invalid_request', e.message ?? 'Bad request.');
+  }
+  if (isStoreUnavailable(err)) {
+    return new ApiError(plane === 'admin' ? 500 : 503, 'store_unavailable', 'The data store is unavailable; try again shortly.', {
+      retryable: true,
+    });
+  }
+  return new ApiError(500, 'internal_error', 'An internal error occurred.', { retryable: true });
+}
+
+/** Catches every error below it and renders it in the current plane's shape; never leaks a stack. */
+export function errorHandler(): Middleware {
+  return async (ctx: Context, next: Next) => {
+    try {
+      await next();
+    } catch (raw) {
+      const plane: Plane = ctx.state.plane ?? 'api';
+      const err = toApiError(raw, plane);
+      if (err.status >= 500) ctx.state.log?.error({ err: raw, code: err.code }, 'request failed');
+      else ctx.state.log?.info({ code: err.code, status: err.status }, 'request refused');
+      ctx.status = err.status;
+      for (const [k, v] of Object.entries(err.opts.headers ?? {})) ctx.set(k, v);
+      ctx.body = renderError(plane, err);
+    }
+  };
+}

@@ -1,0 +1,26 @@
+import type { Middleware } from 'koa';
+import type { LimitsDriver } from '../../shared/limits/index.js';
+import type { Principal } from '../../shared/auth/index.js';
+import { ApiError } from './errors.js';
+
+/**
+ * The plan's maxRequestsPerMinute, per key, shared by every API instance on
+ * one Redis. Refused with 429 and Retry-After in the plane's error shape.
+ */
+export function requestRateLimit(limits: LimitsDriver): Middleware {
+  return async (ctx, next) => {
+    const principal = ctx.state.principal as Principal;
+    const perMinute = principal.limits.maxRequestsPerMinute;
+    const d = await limits.consume('requests', principal.keyId, perMinute);
+    ctx.set('X-RateLimit-Limit', String(d.limit));
+    ctx.set('X-RateLimit-Remaining', String(d.remaining));
+    if (!d.allowed) {
+      const retryAfter = String(Math.ceil(d.retryAfterMs / 1000));
+      throw new ApiError(429, 'rate_limit_exceeded', `Rate limit of ${perMinute} requests per minute exceeded.`, {
+        retryable: true,
+        headers: { 'Retry-After': retryAfter },
+      });
+    }
+    await next();
+  };
+}

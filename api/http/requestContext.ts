@@ -1,0 +1,57 @@
+/**
+ * Request id (`X-Request-Id` in and out) and one structured access-log line
+ * per request. Handlers log through ctx.state.log, a child logger carrying the
+ * request id, made only when first used (most requests log just the access
+ * line). This runs on every request, so it stays lean: no per-request
+ * closures or property definitions, raw header access.
+ */
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { Middleware } from 'koa';
+import type { Logger } from 'pino';
+
+const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** ctx.state of every request: the request id and a lazily made child logger. */
+export class RequestState {
+  [key: string]: unknown;
+  private child: Logger | undefined;
+
+  constructor(
+    private readonly root: Logger,
+    readonly requestId: string,
+  ) {}
+
+  get log(): Logger {
+    return (this.child ??= this.root.child({ reqId: this.requestId }));
+  }
+}
+
+export function requestContext(logger: Logger): Middleware {
+  const accessLog = logger.isLevelEnabled('info');
+  return async (ctx, next) => {
+    const incoming = ctx.req.headers['x-request-id'];
+    const requestId = typeof incoming === 'string' && SAFE_ID.test(incoming) ? incoming : randomUUID();
+    ctx.state = new RequestState(logger, requestId);
+    ctx.res.setHeader('X-Request-Id', requestId);
+    const started = performance.now();
+    try {
+      await next();
+    } finally {
+      if (accessLog) {
+        // Path only: query strings may carry tokens.
+        logger.info(
+          {
+            reqId: requestId,
+            method: ctx.method,
+            path: ctx.path,
+            status: ctx.status,
+            ms: Math.round((performance.now() - started) * 10) / 10,
+            keyId: (ctx.state.principal as { keyId?: string } | undefined)?.keyId,
+          },
+          'request',
+        );
+      }
+    }
+  };
+}

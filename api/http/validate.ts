@@ -1,0 +1,58 @@
+/**
+ * Request validation with ajv. The schemas passed here are the same objects
+ * the OpenAPI document is generated from (api/openapi), so documentation and
+ * validation cannot drift apart.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import type { Middleware } from 'koa';
+import { ApiError } from './errors.js';
+
+// ajv-formats is CommonJS; its default export arrives wrapped under ESM.
+const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (
+  a: Ajv,
+) => Ajv;
+
+export const ajv = addFormats(new Ajv({ allErrors: false, useDefaults: true, strict: false, coerceTypes: false }));
+
+const compiled = new WeakMap<object, ValidateFunction>();
+
+export function compile(schema: object): ValidateFunction {
+  let v = compiled.get(schema);
+  if (!v) {
+    v = ajv.compile(schema);
+    compiled.set(schema, v);
+  }
+  return v;
+}
+
+export function describeAjvError(e: ErrorObject | undefined, where: string): string {
+  if (!e) return `${where} is invalid.`;
+  const field = e.instancePath ? e.instancePath.slice(1).replace(/\//g, '.') : where;
+  switch (e.keyword) {
+    case 'additionalProperties':
+      return `Unknown field "${(e.params as { additionalProperty: string }).additionalProperty}" in ${where}.`;
+    case 'required':
+      return `Missing required field "${(e.params as { missingProperty: string }).missingProperty}" in ${where}.`;
+    case 'type':
+      return `Field "${field}" must be of type ${(e.params as { type: string }).type}.`;
+    case 'format':
+      return `Field "${field}" must be a valid ${(e.params as { format: string }).format}.`;
+    default:
+      return `Field "${field}" ${e.message ?? 'is invalid'}.`;
+  }
+}
+
+/** Validates a value against a schema, throwing a 400 ApiError with a readable message. */
+export function check<T>(schema: object, value: unknown, where: string, code = 'invalid_request'): T {
+  const v = compile(schema);
+  if (!v(value)) throw new ApiError(400, code, describeAjvError(v.errors?.[0], where));
+  return value as T;
+}
+
+export function validateQuery(schema: object): Middleware {
+  return async (ctx, next) => {
+    ctx.state.query = check(schema, { ...ctx.query }, 'query');
+    await next();
+  };
+}

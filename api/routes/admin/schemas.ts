@@ -1,0 +1,55 @@
+import { planLimitsSchema } from '../../openapi/schemas.js';
+
+export const issueKeyBody = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    owner_id: { type: 'string', minLength: 1, maxLength: 200, default: 'default' },
+    plan: { type: 'string', minLength: 1, maxLength: 100 },
+    label: { type: 'string', maxLength: 200 },
+    expires_at: { type: 'string', format: 'date-time', description: 'ISO 8601 date-time in the future.' },
+  },
+} as const;
+
+export interface IssueKeyBody {
+  owner_id: string;
+  plan?: string;
+  label?: string;
+  expires_at?: string;
+}
+
+export const listKeysQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    owner_id: { type: 'string', minLength: 1, maxLength: 200 },
+  },
+} as const;
+
+export const keyIdParam = { type: 'string', maxLength: 100 } as const;
+
+export const keyRecordSchema = {
+  type: 'object',
+  required: ['id', 'ownerId', 'keyPrefix', 'lastFour', 'plan', 'status', 'expiresAt', 'revokedAt', 'lastUsedAt', 'createdAt', 'limits'],
+  properties: {
+    key: { type: 'string', description: 'Plaintext key; present only in the issue response.' },
+    id: { type: 'string' },
+    ownerId: { type: 'string' },
+    keyPrefix: { type: 'string', description: '`sk-` plus 9 characters' },
+    lastFour: { type: 'string' },
+    plan: { type: 'string' },
+    status: { type: 'string', enum: ['active', 'revoked', 'expired'] },
+    label: { type: ['string', 'null'] },
+    expiresAt: { type: ['string', 'null'], format: 'date-time' },
+    revokedAt: { type: ['string', 'null'], format: 'date-time' },
+    lastUsedAt: { type: ['string', 'null'], format: 'date-time' },
+    createdAt: { type: 'string', format: 'date-time' },
+    limits: planLimitsSchema,
+  },
+} as const;
+
+export const planSchema = {
+  type: 'object',
+  required: ['plan', 'limits'],
+  properties: { plan: { type: 'string' }, limits: planLimitsSchema },
+} as const;

@@ -1,0 +1,55 @@
+/**
+ * GET /r2/{key} (interface 4.10): a stored JSON artifact of the calling
+ * tenant, e.g. `transcription/{request_id}/result.json`. Keys resolve inside
+ * the tenant's own key space, so another tenant's artifacts are simply not
+ * there (404). Keys that try to leave it (`..`, absolute, backslashes,
+ * percent-encoded anything) are refused (404 `invalid_key`) before reaching storage.
+ */
+import type Router from '@koa/router';
+import type { AppDeps } from '../../deps.js';
+import { requireApiKey } from '../../http/auth.js';
+import { ApiError, usePlane } from '../../http/errors.js';
+import { pathParam } from '../../openapi/registry.js';
+import { batchErrorSchema } from '../../openapi/schemas.js';
+import { batchRuntime } from '../../batch/runtime.js';
+import { assertSafeKey, InvalidKeyError } from '../../../shared/storage/index.js';
+
+export const ARTIFACT_PREFIX = '/r2/';
+
+/** The key exactly as sent (Koa's ctx.path is not percent-decoded). */
+export function artifactKeyFromPath(rawPath: string): string {
+  const key = rawPath.slice(ARTIFACT_PREFIX.length);
+  try {
+    return assertSafeKey(key);
+  } catch (err) {
+    // 404 like any key that names nothing (interface 7.2), with its own code.
+    if (err instanceof InvalidKeyError) throw new ApiError(404, 'invalid_key', 'Artifact not found: the key is not allowed.');
+    throw err;
+  }
+}
+
+export function register(router: Router, deps: AppDeps): void {
+  router.get('/r2/{*key}', usePlane('batch'), requireApiKey(deps.auth), async (ctx) => {
+    const key = artifactKeyFromPath(ctx.path);
+    const value = await batchRuntime(deps).readArtifact(ctx.state.principal.ownerId, key);
+    if (value === null) throw new ApiError(404, 'artifact_not_found', 'Artifact not found.');
+    ctx.set('Cache-Control', 'private, no-store');
+    ctx.body = value;
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: '/r2/{key}',
+    operationId: 'getArtifact',
+    summary: 'Read a stored JSON artifact of the calling tenant',
+    description:
+      'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes. Only the tenant that created the job can read them.',
+    tags: ['batch'],
+    security: 'apiKey',
+    parameters: [pathParam('key', { type: 'string' }, 'Object key, e.g. `transcription/{request_id}/result.json`.')],
+    responses: {
+      '200': { description: 'The stored JSON document.', schema: { type: 'object' } },
+      '401': { description: 'Authentication failed.', schema: batchErrorSchema },
+      '404': { description: 'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).', schema: batchErrorSchema },
+    },
+  });
+}

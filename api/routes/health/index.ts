@@ -1,0 +1,70 @@
+import type Router from '@koa/router';
+import type { AppDeps } from '../../deps.js';
+
+const healthSchema = {
+  type: 'object',
+  required: ['ok', 'service'],
+  properties: { ok: { type: 'boolean' }, service: { type: 'string' } },
+};
+
+const readySchema = {
+  type: 'object',
+  required: ['ok', 'service', 'checks'],
+  properties: {
+    ok: { type: 'boolean' },
+    service: { type: 'string' },
+    checks: { type: 'object', additionalProperties: { type: 'boolean' } },
+    reason: { type: 'string', description: 'Why the service is not ready (names the failing checks).' },
+  },
+};
+
+/** Runs every readiness check concurrently, each bounded in time. */
+export async function runReadiness(deps: AppDeps): Promise<{ ok: boolean; checks: Record<string, boolean> }> {
+  const results = await Promise.all(
+    deps.readiness.map(async (c) => {
+      const ok = await Promise.race([
+        c.check().catch(() => false),
+        new Promise<boolean>((r) => setTimeout(r, 2500, false).unref()),
+      ]);
+      return [c.name, ok] as const;
+    }),
+  );
+  const checks = Object.fromEntries(results);
+  return { ok: results.every(([, ok]) => ok), checks };
+}
+
+export function register(router: Router, deps: AppDeps): void {
+  const service = deps.config.serviceName;
+  router.get('/health', (ctx) => {
+    ctx.body = { ok: true, service };
+  });
+  router.get('/readyz', async (ctx) => {
+    const { ok, checks } = await runReadiness(deps);
+    const failing = Object.entries(checks)
+      .filter(([, v]) => !v)
+      .map(([k]) => k);
+    ctx.status = ok ? 200 : 503;
+    ctx.body = { ok, service, checks, ...(ok ? {} : { reason: `not ready: ${failing.join(', ')} unavailable` }) };
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: '/health',
+    operationId: 'health',
+    summary: 'Liveness',
+    tags: ['health'],
+    security: 'none',
+    responses: { '200': { description: 'The process is alive.', schema: healthSchema } },
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: '/readyz',
+    operationId: 'readyz',
+    summary: 'Readiness: database, Redis (when configured), speech engine and realtime upstream',
+    tags: ['health'],
+    security: 'none',
+    responses: {
+      '200': { description: 'Ready to take traffic.', schema: readySchema },
+      '503': { description: 'Not ready; `reason` and `checks` say why.', schema: readySchema },
+    },
+  });
+}

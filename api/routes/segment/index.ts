@@ -1,0 +1,221 @@
+/**
+ * POST /v1/audio/transcriptions (interface 2.6, 4.6, 7.2): one short clip in
+ * a multipart form, transcribed synchronously.
+ *
+ * The same path also carries the deprecated JSON job submission (4.4), which
+ * belongs to the batch plane: a JSON body is handed on with `next()` to the
+ * route registered after this one for the same path; when none takes it, or
+ * the body is neither multipart nor JSON, the answer is 400
+ * `invalid_content_type`.
+ *
+ * Chain: plane `api` errors, API key, request rate (maxRequestsPerMinute),
+ * multipart upload (capped), decode, plan checks, speech engine, usage.
+ */
+import { randomUUID } from 'node:crypto';
+import type Router from '@koa/router';
+import type { Context, Middleware, Next } from 'koa';
+import type { AppDeps } from '../../deps.js';
+import { requireApiKey } from '../../http/auth.js';
+import { ApiError } from '../../http/errors.js';
+import { requestRateLimit } from '../../http/rateLimit.js';
+import { apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
+import type { Principal } from '../../../shared/auth/index.js';
+import { AudioDecodeError, AudioTooLongError, decodeAudio, pcmDurationSeconds } from '../../../shared/audio/index.js';
+import { isMultipart, parseAudioUpload, UploadError } from '../../../shared/audio/upload.js';
+import { createSpeechEngine, isResponseFormat, normalizeLanguage, renderTranscript, RESPONSE_FORMATS, SpeechError, type SpeechEngine } from '../../../shared/stt/index.js';
+import { recordUsage, windowUsage } from '../../../shared/usage.js';
+import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
+
+export const SEGMENT_PATH = '/v1/audio/transcriptions';
+
+/** The speech engine of this process: the one in deps, else created once here and closed with deps. */
+export function speechEngineOf(deps: AppDeps): SpeechEngine {
+  if (!deps.speech) {
+    const engine = createSpeechEngine(deps.config, deps.logger);
+    deps.speech = engine;
+    deps.readiness.push({ name: 'speech', check: () => engine.healthy() });
+  }
+  return deps.speech;
+}
+
+function isJsonBody(ctx: Context): boolean {
+  return Boolean(ctx.request.is('application/json', '+json'));
+}
+
+function speechFailure(err: SpeechError): ApiError {
+  switch (err.code) {
+    case 'unsupported_language':
+    case 'unknown_worker':
+      return new ApiError(400, err.code, err.message);
+    case 'aborted':
+      // The client went away; nobody reads this answer, the log line records it (nginx's 499).
+      return new ApiError(499, 'client_closed_request', err.message);
+    case 'engine_overloaded':
+      return new ApiError(503, err.code, err.message, { retryable: true, headers: { 'Retry-After': '2' } });
+    default:
+      // Interface 7.2: all worker attempts failed.
+      return new ApiError(502, 'transcription_failed', `Transcription failed: ${err.message}`, {
+        retryable: true,
+        type: 'invalid_request_error',
+      });
+  }
+}
+
+/** The segment transcription itself (after auth and rate limit). */
+export function segmentHandler(deps: AppDeps): Middleware {
+  const cfg = deps.config.speech;
+  return async (ctx) => {
+    if (!isMultipart(ctx)) {
+      throw new ApiError(400, 'invalid_content_type', 'The request body must be multipart/form-data with a "file" field.');
+    }
+    const principal = ctx.state.principal as Principal;
+    const engine = speechEngineOf(deps);
+    // The window's usage so far does not depend on this clip: ask while the upload is read and decoded.
+    const usedSoFar = windowUsage(deps.db, principal.keyId, deps.config.usageWindowSeconds);
+    usedSoFar.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection first
+
+    let upload;
+    try {
+      upload = await parseAudioUpload(ctx, cfg.segment.maxUploadBytes);
+    } catch (err) {
+      if (err instanceof UploadError) throw new ApiError(err.status, err.code, err.message);
+      throw err;
+    }
+    if (!upload.file) throw new ApiError(400, 'missing_file', 'The multipart field "file" is required.');
+    const { fields } = upload;
+    const format = fields.response_format || 'verbose_json';
+    if (!isResponseFormat(format)) {
+      throw new ApiError(400, 'invalid_response_format', `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`);
+    }
+    const language = normalizeLanguage(fields.language);
+    const supported = engine.languages();
+    if (language && !supported.includes('*') && !supported.includes(language)) {
+      throw new ApiError(400, 'unsupported_language', `Language "${fields.language}" is not supported (supported: ${supported.join(', ')}).`);
+    }
+    const workerId = fields.worker_id || undefined;
+
+    const aborter = new AbortController();
+    ctx.res.once('close', () => !ctx.res.writableFinished && aborter.abort());
+    const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
+    let pcm: Buffer;
+    try {
+      pcm = await decodeAudio(upload.file.data, {
+        ffmpegPath: cfg.audio.ffmpegPath,
+        timeoutMs: cfg.audio.decodeTimeoutMs,
+        maxSeconds,
+        signal: aborter.signal,
+      });
+    } catch (err) {
+      if (err instanceof AudioTooLongError) {
+        throw new ApiError(400, 'audio_too_long', `The clip is longer than the ${maxSeconds} s your plan allows per request.`);
+      }
+      if (err instanceof AudioDecodeError) {
+        if (err.code === 'invalid_audio') throw new ApiError(400, 'invalid_audio', err.message);
+        throw new ApiError(503, 'decoder_unavailable', err.message, { retryable: true });
+      }
+      throw err;
+    }
+    const seconds = pcmDurationSeconds(pcm);
+
+    // The plan's rolling audio budget covers segment uploads too.
+    const windowLimit = principal.limits.maxAudioSecondsPerWindow;
+    const used = await usedSoFar;
+    if (used + seconds > windowLimit) {
+      throw new ApiError(429, 'audio_quota_exhausted', `The audio budget of ${windowLimit} s per window is exhausted.`, {
+        retryable: true,
+        headers: { 'Retry-After': '60' },
+      });
+    }
+
+    let result;
+    try {
+      result = await engine.transcribe({
+        pcm,
+        language,
+        prompt: fields.prompt || undefined,
+        model: fields.model || undefined,
+        workerId,
+        signal: aborter.signal,
+      });
+    } catch (err) {
+      if (err instanceof SpeechError) throw speechFailure(err);
+      throw err;
+    }
+
+    // Every transcribed clip is billed, silent or empty ones included. The
+    // reference is generated here: a client-chosen X-Request-Id must not
+    // collide with (and so cancel) another bill.
+    await recordUsage(deps.db, { keyId: principal.keyId, plane: 'segment', audioSeconds: seconds, refId: `seg_${randomUUID()}` });
+
+    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
+    ctx.set('X-Worker-Id', result.workerId);
+    ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
+    ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
+    ctx.type = rendered.contentType;
+    ctx.body = rendered.body;
+  };
+}
+
+/** Hands JSON bodies on to the deprecated job submission registered after this route. */
+function jsonToBatch(): Middleware {
+  return async (ctx: Context, next: Next) => {
+    if (!isJsonBody(ctx)) return next();
+    const refuse = () => {
+      ctx.state.plane = 'api';
+      return new ApiError(400, 'invalid_content_type', 'The request body must be multipart/form-data with a "file" field.');
+    };
+    try {
+      await next();
+    } catch (err) {
+      // Nobody took it (no batch route on this path): it is not a segment request either.
+      if (err instanceof ApiError && err.status === 404 && err.code === 'not_found') throw refuse();
+      throw err;
+    }
+    if (ctx.status === 404 && ctx.body === undefined) throw refuse();
+  };
+}
+
+export function register(router: Router, deps: AppDeps): void {
+  const auth = requireApiKey(deps.auth);
+  const rate = requestRateLimit(deps.limits);
+  const handle = segmentHandler(deps);
+  router.post(SEGMENT_PATH, async (ctx, next) => {
+    if (isJsonBody(ctx)) return jsonToBatch()(ctx, next);
+    ctx.state.plane = 'api';
+    await auth(ctx, () => rate(ctx, () => handle(ctx, next)));
+  });
+  // Start loading decoders now rather than on the first request.
+  speechEngineOf(deps);
+
+  deps.openapi.add({
+    method: 'post',
+    path: SEGMENT_PATH,
+    operationId: 'transcribeSegment',
+    summary: 'Transcribe one short clip synchronously (multipart)',
+    description:
+      'OpenAI-compatible. Every clip is transcribed and billed, silence included. A JSON body on this path is the deprecated job submission (see /v1/audio/transcriptions/jobs).',
+    tags: ['segment'],
+    security: 'apiKey',
+    requestBody: [{ contentType: 'multipart/form-data', schema: segmentRequestSchema }],
+    responses: {
+      '200': {
+        description: 'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
+        schema: verboseJsonSchema,
+        headers: {
+          'X-Worker-Id': { description: 'Worker that produced the result', schema: { type: 'string' } },
+          'X-Fallback-Used': { description: '`1` if a fallback worker answered, else `0`', schema: { type: 'string', enum: ['0', '1'] } },
+        },
+      },
+      '400': {
+        description:
+          '`invalid_content_type`, `missing_file`, `invalid_audio`, `audio_too_long`, `unsupported_language`, `unknown_worker`, `invalid_response_format`',
+        schema: apiErrorSchema,
+      },
+      '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
+      '413': { description: '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB', schema: apiErrorSchema },
+      '429': { description: '`rate_limit_exceeded` or `audio_quota_exhausted`', schema: apiErrorSchema, headers: rateLimitHeaders },
+      '502': { description: '`transcription_failed`: all worker attempts failed', schema: apiErrorSchema },
+      '503': { description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`', schema: apiErrorSchema },
+    },
+  });
+}

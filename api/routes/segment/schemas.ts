@@ -1,0 +1,49 @@
+/** Request and response schemas of the segment endpoint (documentation; the multipart form is checked by hand). */
+import { RESPONSE_FORMATS } from '../../../shared/stt/formats.js';
+
+export const segmentRequestSchema = {
+  type: 'object',
+  required: ['file'],
+  properties: {
+    file: { type: 'string', contentMediaType: 'application/octet-stream', description: 'Speech clip: WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...' },
+    model: { type: 'string', description: 'Model name passed to the service (ignored by the built-in engine)' },
+    language: { type: 'string', description: 'ISO-639-1 hint' },
+    prompt: { type: 'string', description: 'Context prompt' },
+    response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
+    worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
+  },
+} as const;
+
+export const verboseJsonSchema = {
+  type: 'object',
+  required: ['text', 'language', 'duration', 'segments', 'words'],
+  properties: {
+    task: { type: 'string' },
+    text: { type: 'string' },
+    language: { type: 'string' },
+    duration: { type: 'number' },
+    segments: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['id', 'start', 'end', 'text'],
+        properties: {
+          id: { type: 'integer' },
+          start: { type: 'number' },
+          end: { type: 'number' },
+          text: { type: 'string' },
+          confidence: { type: 'number' },
+          avg_logprob: { type: 'number' },
+        },
+      },
+    },
+    words: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['word', 'start', 'end'],
+        properties: { word: { type: 'string' }, start: { type: 'number' }, end: { type: 'number' }, confidence: { type: 'number' } },
+      },
+    },
+  },
+} as const;

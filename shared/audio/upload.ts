@@ -1,0 +1,97 @@
+/**
+ * Multipart audio uploads (`POST /v1/audio/transcriptions` of the API and of
+ * the engine worker). The file part is collected in memory (formidable's
+ * write-stream hook), never written to a temp file, and capped in size.
+ */
+import { Writable } from 'node:stream';
+import type { Context } from 'koa';
+import { koaBody } from 'koa-body';
+
+export class UploadError extends Error {
+  override name = 'UploadError';
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface AudioUpload {
+  file?: { data: Buffer; filename: string | null; mimetype: string | null };
+  fields: Record<string, string>;
+}
+
+const MAX_FIELDS_BYTES = 64 * 1024;
+
+export function isMultipart(ctx: Context): boolean {
+  return Boolean(ctx.request.is('multipart/form-data'));
+}
+
+/** Parses the multipart body; `file` is the first file part named `file`. */
+export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Promise<AudioUpload> {
+  const declared = Number(ctx.get('content-length') || 0);
+  if (declared > maxFileBytes + MAX_FIELDS_BYTES + 64 * 1024) {
+    throw new UploadError(413, 'file_too_large', `The upload exceeds the limit of ${maxFileBytes} bytes.`);
+  }
+  const contents = new WeakMap<object, Buffer[]>();
+  let failure: UploadError | undefined;
+  const parse = koaBody({
+    multipart: true,
+    json: false,
+    urlencoded: false,
+    text: false,
+    patchKoa: true,
+    formidable: {
+      maxFiles: 4,
+      maxFileSize: maxFileBytes,
+      maxTotalFileSize: maxFileBytes,
+      maxFieldsSize: MAX_FIELDS_BYTES,
+      allowEmptyFiles: true,
+      minFileSize: 0,
+      fileWriteStreamHandler: (file?: unknown) => {
+        const chunks: Buffer[] = [];
+        if (file) contents.set(file as object, chunks);
+        return new Writable({
+          write(chunk: Buffer, _enc, cb) {
+            chunks.push(chunk);
+            cb();
+          },
+        });
+      },
+    },
+    onError: (err) => {
+      const e = err as { code?: number; httpCode?: number; message?: string };
+      if (e.code === 1009 || e.code === 1016 || e.httpCode === 413) {
+        failure = new UploadError(413, 'file_too_large', `The upload exceeds the limit of ${maxFileBytes} bytes.`);
+      } else {
+        failure = new UploadError(400, 'invalid_multipart', `The multipart body could not be read: ${e.message ?? 'malformed'}.`);
+      }
+      throw failure;
+    },
+  });
+  try {
+    await parse(ctx, async () => {});
+  } catch (err) {
+    throw failure ?? err;
+  }
+  const fields: Record<string, string> = {};
+  const body = (ctx.request.body ?? {}) as Record<string, unknown>;
+  for (const [k, v] of Object.entries(body)) {
+    const value = Array.isArray(v) ? v[0] : v;
+    if (typeof value === 'string') fields[k] = value;
+  }
+  const files = (ctx.request.files ?? {}) as Record<string, unknown>;
+  const raw = files.file;
+  const part = (Array.isArray(raw) ? raw[0] : raw) as { originalFilename?: string; mimetype?: string } | undefined;
+  if (!part) return { fields };
+  return {
+    fields,
+    file: {
+      data: Buffer.concat(contents.get(part) ?? []),
+      filename: part.originalFilename ?? null,
+      mimetype: part.mimetype ?? null,
+    },
+  };
+}

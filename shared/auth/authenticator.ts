@@ -1,0 +1,188 @@
+/**
+ * Authentication for every transcription plane (HTTP routes and the realtime
+ * upgrade use this unchanged). Lookups are cached for `keyCacheTtlMs` so the
+ * hot path rarely touches Postgres; the TTL bounds how long a revocation takes
+ * to reach every instance. Last-used times are buffered and written in one
+ * statement every `lastUsedFlushMs`, never per request.
+ */
+import type { Logger } from 'pino';
+import type { PlanCatalog, PlanLimits } from '../plans.js';
+import { type KeyRow, type KeyStore, effectiveStatus } from './keyStore.js';
+import { hashApiKey, looksLikeApiKey } from './keys.js';
+import { issueSessionToken, verifySessionToken } from './sessionTokens.js';
+
+export interface Principal {
+  keyId: string;
+  ownerId: string;
+  plan: string;
+  limits: PlanLimits;
+  /** How the caller authenticated. */
+  via: 'api_key' | 'session_token';
+}
+
+export type AuthErrorCode =
+  | 'missing_api_key'
+  | 'invalid_api_key'
+  | 'revoked_api_key'
+  | 'expired_api_key'
+  | 'invalid_session_token'
+  | 'auth_unavailable'
+  | 'token_issuer_unavailable';
+
+export interface AuthFailure {
+  ok: false;
+  status: 401 | 503;
+  code: AuthErrorCode;
+  message: string;
+}
+
+export type AuthResult = { ok: true; principal: Principal } | AuthFailure;
+
+export const AUTH_MESSAGES: Record<AuthErrorCode, string> = {
+  missing_api_key: 'No API key provided. Send "Authorization: Bearer sk-...".',
+  invalid_api_key: 'The API key is malformed or unknown.',
+  revoked_api_key: 'The API key has been revoked.',
+  expired_api_key: 'The API key has expired.',
+  invalid_session_token: 'The session token is invalid or expired.',
+  auth_unavailable: 'The key store is unavailable; try again shortly.',
+  token_issuer_unavailable: 'Session tokens are not available: the signing secret is not configured.',
+};
+
+export function authFailure(code: AuthErrorCode): AuthFailure {
+  const status = code === 'auth_unavailable' || code === 'token_issuer_unavailable' ? 503 : 401;
+  return { ok: false, status, code, message: AUTH_MESSAGES[code] };
+}
+
+export interface AuthenticatorOptions {
+  keyCacheTtlMs: number;
+  lastUsedFlushMs: number;
+  sessionTokenSecret?: string;
+  sessionTokenTtlSeconds: number;
+  maxCacheEntries?: number;
+}
+
+interface CacheEntry {
+  row: KeyRow | null;
+  at: number;
+}
+
+export class Authenticator {
+  private readonly byHash = new Map<string, CacheEntry>();
+  private readonly byId = new Map<string, CacheEntry>();
+  private readonly lastUsed = new Map<string, Date>();
+  private readonly flushTimer: NodeJS.Timeout;
+  private readonly maxEntries: number;
+
+  constructor(
+    private readonly store: KeyStore,
+    private readonly plans: PlanCatalog,
+    private readonly opts: AuthenticatorOptions,
+    private readonly logger?: Logger,
+  ) {
+    this.maxEntries = opts.maxCacheEntries ?? 50_000;
+    this.flushTimer = setInterval(() => void this.flushLastUsed(), opts.lastUsedFlushMs);
+    this.flushTimer.unref();
+  }
+
+  get sessionTokensEnabled(): boolean {
+    return Boolean(this.opts.sessionTokenSecret);
+  }
+
+  /** Parses an Authorization header value: only the Bearer scheme is accepted. */
+  static bearer(header: string | undefined): { token?: string; failure?: AuthFailure } {
+    if (header === undefined || header.trim() === '') return { failure: authFailure('missing_api_key') };
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!m) return { failure: authFailure('invalid_api_key') };
+    return { token: m[1] };
+  }
+
+  async authenticateApiKey(key: string): Promise<AuthResult> {
+    if (!looksLikeApiKey(key)) return authFailure('invalid_api_key');
+    const hash = hashApiKey(key);
+    let row: KeyRow | null;
+    try {
+      row = await this.cached(this.byHash, hash, async () => (await this.store.findByHash(hash)) ?? null);
+    } catch (err) {
+      this.logger?.warn({ err }, 'key store unavailable during authentication');
+      return authFailure('auth_unavailable');
+    }
+    return this.principalFor(row, 'api_key');
+  }
+
+  async authenticateSessionToken(token: string): Promise<AuthResult> {
+    const secret = this.opts.sessionTokenSecret;
+    if (!secret) return authFailure('invalid_session_token');
+    const claims = verifySessionToken(secret, token);
+    if (!claims) return authFailure('invalid_session_token');
+    let row: KeyRow | null;
+    try {
+      row = await this.cached(this.byId, claims.kid, async () => (await this.store.get(claims.kid)) ?? null);
+    } catch (err) {
+      this.logger?.warn({ err }, 'key store unavailable during token verification');
+      return authFailure('auth_unavailable');
+    }
+    if (!row) return authFailure('invalid_session_token');
+    return this.principalFor(row, 'session_token');
+  }
+
+  /** Authenticates either credential: an `sk-` key or an `rt_` session token. */
+  async authenticate(credential: string): Promise<AuthResult> {
+    return credential.startsWith('rt_') ? this.authenticateSessionToken(credential) : this.authenticateApiKey(credential);
+  }
+
+  issueSessionToken(principal: Principal): { token: string; expires_in: number } | AuthFailure {
+    const secret = this.opts.sessionTokenSecret;
+    if (!secret) return authFailure('token_issuer_unavailable');
+    const { token } = issueSessionToken(secret, principal.keyId, this.opts.sessionTokenTtlSeconds);
+    return { token, expires_in: this.opts.sessionTokenTtlSeconds };
+  }
+
+  /** Forget a key at once on this instance (others follow within the cache TTL). */
+  invalidate(row: Pick<KeyRow, 'id' | 'key_hash'>): void {
+    this.byHash.delete(row.key_hash);
+    this.byId.delete(row.id);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.flushTimer);
+    await this.flushLastUsed();
+  }
+
+  async flushLastUsed(): Promise<void> {
+    if (this.lastUsed.size === 0) return;
+    const batch = new Map(this.lastUsed);
+    this.lastUsed.clear();
+    try {
+      await this.store.touch(batch);
+    } catch (err) {
+      // Keep the newest time for the next flush; losing it would only make lastUsedAt stale.
+      for (const [id, t] of batch) if (!this.lastUsed.has(id)) this.lastUsed.set(id, t);
+      this.logger?.warn({ err }, 'could not write last-used times');
+    }
+  }
+
+  private principalFor(row: KeyRow | null, via: Principal['via']): AuthResult {
+    if (!row) return authFailure('invalid_api_key');
+    const status = effectiveStatus(row);
+    if (status === 'revoked') return authFailure('revoked_api_key');
+    if (status === 'expired') return authFailure('expired_api_key');
+    this.lastUsed.set(row.id, new Date());
+    const plan = this.plans.has(row.plan) ? row.plan : 'free';
+    return { ok: true, principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via } };
+  }
+
+  private async cached(
+    map: Map<string, CacheEntry>,
+    k: string,
+    load: () => Promise<KeyRow | null>,
+  ): Promise<KeyRow | null> {
+    const now = Date.now();
+    const hit = map.get(k);
+    if (hit && now - hit.at < this.opts.keyCacheTtlMs) return hit.row;
+    const row = await load();
+    if (map.size >= this.maxEntries) map.delete(map.keys().next().value as string);
+    map.delete(k);
+    map.set(k, { row, at: now });
+    return row;
+  }
+}

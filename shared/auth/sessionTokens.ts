@@ -1,0 +1,69 @@
+/**
+ * Realtime session tokens: `rt_` + base64url(payload) + "." + base64url(HMAC-SHA256).
+ * The payload binds the token to the issuing key id and an expiry; the key's
+ * own status is checked again when the token is used, so a token of a key
+ * revoked since is refused.
+ */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+
+/** Nonces come from a pool refilled 4 KiB at a time: one getrandom call per 512 tokens, not one per token. */
+let pool = Buffer.alloc(0);
+let offset = 0;
+function nonce(): string {
+  if (offset + 8 > pool.length) {
+    pool = randomBytes(4096);
+    offset = 0;
+  }
+  offset += 8;
+  return pool.toString('base64url', offset - 8, offset);
+}
+
+export const SESSION_TOKEN_PREFIX = 'rt_';
+
+export interface SessionTokenClaims {
+  /** Key id the token was issued for. */
+  kid: string;
+  /** Expiry, seconds since the epoch. */
+  exp: number;
+  /** Issued at, seconds since the epoch. */
+  iat: number;
+  /** Random nonce so two tokens issued in the same second differ. */
+  n: string;
+}
+
+function sign(secret: string, payload: string): Buffer {
+  return createHmac('sha256', secret).update(payload).digest();
+}
+
+export function issueSessionToken(
+  secret: string,
+  keyId: string,
+  ttlSeconds: number,
+  nowMs = Date.now(),
+): { token: string; claims: SessionTokenClaims } {
+  const iat = Math.floor(nowMs / 1000);
+  const claims: SessionTokenClaims = { kid: keyId, iat, exp: iat + ttlSeconds, n: nonce() };
+  const payload = Buffer.from(JSON.stringify(claims)).toString('base64url');
+  return { token: `${SESSION_TOKEN_PREFIX}${payload}.${sign(secret, payload).toString('base64url')}`, claims };
+}
+
+/** Returns the claims of a valid, unexpired token, or null. */
+export function verifySessionToken(secret: string, token: string, nowMs = Date.now()): SessionTokenClaims | null {
+  if (!token.startsWith(SESSION_TOKEN_PREFIX) || token.length > 1024) return null;
+  const body = token.slice(SESSION_TOKEN_PREFIX.length);
+  const dot = body.indexOf('.');
+  if (dot <= 0) return null;
+  const payload = body.slice(0, dot);
+  const given = Buffer.from(body.slice(dot + 1), 'base64url');
+  const expected = sign(secret, payload);
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return null;
+  let claims: SessionTokenClaims;
+  try {
+    claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as SessionTokenClaims;
+  } catch {
+    return null;
+  }
+  if (typeof claims.kid !== 'string' || typeof claims.exp !== 'number') return null;
+  if (claims.exp * 1000 <= nowMs) return null;
+  return claims;
+}

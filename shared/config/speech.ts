@@ -1,0 +1,165 @@
+import os from 'node:os';
+import { type Env, str, int, num, bool, list, ConfigError } from './env.js';
+
+/** One member of the remote OpenAI-compatible worker pool. */
+export interface RemoteWorkerConfig {
+  /** Stable id used in X-Worker-Id and for pinning (`worker_id`). */
+  id: string;
+  /** Base URL; requests go to `${url}/v1/audio/transcriptions` and `${url}/health`. */
+  url: string;
+}
+
+/** Speech engine settings (built-in PocketSphinx engine, remote worker pool, audio decoding). */
+export interface SpeechConfig {
+  /** `builtin` runs PocketSphinx in worker threads; `remote` calls STT_WORKER_URLS. */
+  engine: 'builtin' | 'remote';
+  builtin: {
+    /** Decoder threads (one PocketSphinx decoder each). */
+    threads: number;
+    /** Acoustic model directory, language model, pronunciation dictionary. */
+    hmm: string;
+    lm: string;
+    dict: string;
+    /** Shared-library names or paths passed to dlopen. */
+    pocketsphinxLibrary: string;
+    sphinxbaseLibrary: string;
+    /** More decoder arguments (`-name value` pairs); default skips the flat-lexicon second pass. */
+    extraArgs: string[];
+    /** Longest wait for a free decoder. */
+    queueTimeoutMs: number;
+    /** Decode time limit = timeoutBaseMs + timeoutPerAudioSecondMs x clip seconds. */
+    timeoutBaseMs: number;
+    timeoutPerAudioSecondMs: number;
+    /** Requests waiting for a free decoder beyond this are refused (503 engine_overloaded). */
+    maxQueue: number;
+  };
+  remote: {
+    workers: RemoteWorkerConfig[];
+    /** Sent as `Authorization: Bearer` to every worker (hosted APIs need one). */
+    apiKey: string | undefined;
+    /** Model name sent to workers when the request names none. */
+    model: string;
+    /** Interface section 8: 800 ms per attempt, 2 attempts (primary then one fallback), about 1.6 s in all. */
+    attemptTimeoutMs: number;
+    maxAttempts: number;
+    budgetMs: number;
+    healthIntervalMs: number;
+    healthTimeoutMs: number;
+    /** When a request pins a worker (`worker_id`), may another worker answer if it fails? */
+    pinnedFallback: boolean;
+  };
+  audio: {
+    ffmpegPath: string;
+    /** ffmpeg is killed after this long. */
+    decodeTimeoutMs: number;
+  };
+  segment: {
+    /** Largest accepted upload (413 file_too_large above). */
+    maxUploadBytes: number;
+    /** Model identifier reported when the client names none. */
+    defaultModel: string;
+  };
+  /** The standalone worker process (engine/server.ts). */
+  engineServer: {
+    host: string;
+    port: number;
+    /** When set, the worker requires `Authorization: Bearer <key>`. */
+    apiKey: string | undefined;
+  };
+}
+
+function parseWorkers(entries: string[]): RemoteWorkerConfig[] {
+  const seen = new Set<string>();
+  return entries.map((entry) => {
+    // `id=url` names a worker; a bare URL is named by its host:port.
+    const eq = entry.indexOf('=');
+    const hasId = eq > 0 && !entry.slice(0, eq).includes('/');
+    const rawUrl = hasId ? entry.slice(eq + 1) : entry;
+    let url: URL;
+    try {
+      url = new URL(rawUrl);
+    } catch {
+      throw new ConfigError(`STT_WORKER_URLS: "${rawUrl}" is not a URL`);
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+      throw new ConfigError(`STT_WORKER_URLS: "${rawUrl}" must be http(s)`);
+    }
+    const id = hasId ? entry.slice(0, eq) : url.host;
+    if (seen.has(id)) throw new ConfigError(`STT_WORKER_URLS: duplicate worker id "${id}"`);
+    seen.add(id);
+    return { id, url: url.toString().replace(/\/+$/, '') };
+  });
+}
+
+function decoderArgs(value: string): string[] {
+  const args = value.split(/\s+/).filter(Boolean);
+  if (args.length % 2 !== 0 || args.some((a, i) => i % 2 === 0 && !/^-[a-z_]+$/.test(a))) {
+    throw new ConfigError(`POCKETSPHINX_ARGS must be "-name value" pairs, got "${value}"`);
+  }
+  return args;
+}
+
+export const POCKETSPHINX_MODEL_DIR = '/usr/share/pocketsphinx/model/en-us';
+
+export function speechConfig(env: Env): SpeechConfig {
+  const workers = parseWorkers(list(env, 'STT_WORKER_URLS'));
+  const engine = str(env, 'STT_ENGINE', workers.length > 0 ? 'remote' : 'builtin');
+  if (engine !== 'builtin' && engine !== 'remote') throw new ConfigError(`STT_ENGINE must be builtin or remote, got "${engine}"`);
+  if (engine === 'remote' && workers.length === 0) throw new ConfigError('STT_ENGINE=remote needs STT_WORKER_URLS');
+  const modelDir = str(env, 'POCKETSPHINX_MODEL_DIR', POCKETSPHINX_MODEL_DIR);
+  const attemptTimeoutMs = int(env, 'STT_ATTEMPT_TIMEOUT_MS', 800, 1);
+  const maxAttempts = int(env, 'STT_MAX_ATTEMPTS', 2, 1);
+  return {
+    engine,
+    builtin: {
+      threads: int(env, 'STT_THREADS', Math.max(1, os.availableParallelism()), 1),
+      hmm: str(env, 'POCKETSPHINX_HMM', `${modelDir}/en-us`),
+      lm: str(env, 'POCKETSPHINX_LM', `${modelDir}/en-us.lm.bin`),
+      dict: str(env, 'POCKETSPHINX_DICT', `${modelDir}/cmudict-en-us.dict`),
+      pocketsphinxLibrary: str(env, 'POCKETSPHINX_LIBRARY', 'libpocketsphinx.so.3'),
+      sphinxbaseLibrary: str(env, 'SPHINXBASE_LIBRARY', 'libsphinxbase.so.3'),
+      extraArgs: decoderArgs(str(env, 'POCKETSPHINX_ARGS', '-fwdflat no')),
+      queueTimeoutMs: int(env, 'STT_BUILTIN_QUEUE_TIMEOUT_MS', 60_000, 1),
+      timeoutBaseMs: int(env, 'STT_BUILTIN_TIMEOUT_BASE_MS', 10_000, 1),
+      timeoutPerAudioSecondMs: int(env, 'STT_BUILTIN_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
+      maxQueue: int(env, 'STT_BUILTIN_MAX_QUEUE', 64, 0),
+    },
+    remote: {
+      workers,
+      apiKey: str(env, 'STT_WORKER_API_KEY'),
+      model: str(env, 'STT_WORKER_MODEL', 'whisper-1'),
+      attemptTimeoutMs,
+      maxAttempts,
+      budgetMs: int(env, 'STT_BUDGET_MS', attemptTimeoutMs * maxAttempts, 1),
+      healthIntervalMs: int(env, 'STT_HEALTH_INTERVAL_MS', 2000, 50),
+      healthTimeoutMs: int(env, 'STT_HEALTH_TIMEOUT_MS', 500, 1),
+      pinnedFallback: bool(env, 'STT_PINNED_FALLBACK', false),
+    },
+    audio: {
+      ffmpegPath: str(env, 'FFMPEG_PATH', 'ffmpeg'),
+      decodeTimeoutMs: int(env, 'AUDIO_DECODE_TIMEOUT_MS', 30_000, 1),
+    },
+    segment: {
+      maxUploadBytes: Math.round(num(env, 'SEGMENT_MAX_UPLOAD_MB', 25, 0.001) * 1024 * 1024),
+      defaultModel: str(env, 'SEGMENT_DEFAULT_MODEL', 'pocketsphinx-en-us'),
+    },
+    engineServer: {
+      host: str(env, 'ENGINE_HOST', '127.0.0.1'),
+      port: int(env, 'ENGINE_PORT', 9000, 0),
+      apiKey: str(env, 'ENGINE_API_KEY'),
+    },
+  };
+}
+
+/** Defaults of the `npm run transcribe` command-line client (flags override them). */
+export interface TranscribeCliConfig {
+  baseUrl: string;
+  apiKey: string | undefined;
+}
+
+export function transcribeCliConfig(env: Env = process.env): TranscribeCliConfig {
+  return {
+    baseUrl: str(env, 'STT_BASE_URL', 'http://127.0.0.1:8080'),
+    apiKey: str(env, 'STT_API_KEY'),
+  };
+}

@@ -1,0 +1,101 @@
+/**
+ * Postgres access through knex. Migrations are knex migration files under
+ * migrations/; `migrateLatest` runs them under a Postgres advisory lock so that
+ * several instances starting together never race (knex's own lock table
+ * guards the migration rows, the advisory lock makes the others wait instead
+ * of failing).
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import knexFactory, { type Knex } from 'knex';
+
+export type { Knex };
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const MIGRATIONS_DIR = path.resolve(here, '../../migrations');
+
+/** Arbitrary constant identifying our migration lock among advisory locks. */
+const MIGRATION_LOCK_ID = 727_001;
+
+interface DbLogger {
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+  debug(obj: object, msg: string): void;
+}
+
+export function createDb(
+  databaseUrl: string,
+  opts: { poolMax?: number; searchPath?: string; logger?: DbLogger } = {},
+): Knex {
+  const l = opts.logger;
+  return knexFactory({
+    // knex prints to the console by default; route its messages into our structured log.
+    log: {
+      warn: (m: unknown) => l?.warn({ detail: String(m) }, 'knex warning'),
+      error: (m: unknown) => l?.error({ detail: String(m) }, 'knex error'),
+      deprecate: (m: unknown) => l?.warn({ detail: String(m) }, 'knex deprecation'),
+      debug: (m: unknown) => l?.debug({ detail: String(m) }, 'knex debug'),
+    },
+    client: 'pg',
+    connection: { connectionString: databaseUrl, connectionTimeoutMillis: 5000 },
+    searchPath: opts.searchPath ? [opts.searchPath] : undefined,
+    pool: { min: 0, max: opts.poolMax ?? 10, acquireTimeoutMillis: 5000, idleTimeoutMillis: 30_000 },
+    acquireConnectionTimeout: 5000,
+  });
+}
+
+/**
+ * Migrations are recorded by name without extension, so a database migrated
+ * from TypeScript sources (tsx, tests) and one migrated by the compiled build
+ * (dist/, Docker) agree on what has run.
+ */
+class ExtensionlessMigrationSource implements Knex.MigrationSource<string> {
+  async getMigrations(): Promise<string[]> {
+    return fs
+      .readdirSync(MIGRATIONS_DIR)
+      .filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'))
+      .sort();
+  }
+
+  getMigrationName(file: string): string {
+    return file.replace(/\.(ts|js)$/, '');
+  }
+
+  async getMigration(file: string): Promise<Knex.Migration> {
+    return (await import(pathToFileURL(path.join(MIGRATIONS_DIR, file)).href)) as Knex.Migration;
+  }
+}
+
+export function migrationConfig(): Knex.MigratorConfig {
+  return { migrationSource: new ExtensionlessMigrationSource(), tableName: 'knex_migrations' };
+}
+
+export async function migrateLatest(db: Knex): Promise<string[]> {
+  // The advisory lock lives on one pinned connection for the whole run.
+  const conn = await db.client.acquireConnection();
+  try {
+    await conn.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    try {
+      const [, applied] = (await db.migrate.latest(migrationConfig())) as [number, string[]];
+      return applied;
+    } finally {
+      await conn.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
+    }
+  } finally {
+    await db.client.releaseConnection(conn);
+  }
+}
+
+/** True when the database answers a trivial query within the timeout. */
+export async function pingDb(db: Knex, timeoutMs = 2000): Promise<boolean> {
+  try {
+    await Promise.race([
+      db.raw('select 1'),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('db ping timeout')), timeoutMs).unref()),
+    ]);
+    return true;
+  } catch {
+    return false;
+  }
+}

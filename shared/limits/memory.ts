@@ -1,0 +1,55 @@
+import type { LeaseRequest, LimitsDriver, RateBucket, RateDecision } from './types.js';
+import { RateLimiters } from './rate.js';
+
+/** Limits for a single process: token buckets and leases held in memory. */
+export class MemoryLimits implements LimitsDriver {
+  readonly kind = 'memory' as const;
+  private readonly rates = new RateLimiters(null, '');
+  private readonly leases = new Map<string, Map<string, number>>();
+
+  consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision> {
+    return this.rates.consume(bucket, owner, perMinute);
+  }
+
+  private live(scope: string, owner: string): Map<string, number> {
+    const k = `${scope}:${owner}`;
+    let m = this.leases.get(k);
+    if (!m) this.leases.set(k, (m = new Map()));
+    const now = Date.now();
+    for (const [id, exp] of m) if (exp <= now) m.delete(id);
+    return m;
+  }
+
+  async acquireLease(req: LeaseRequest): Promise<boolean> {
+    const m = this.live(req.scope, req.owner);
+    if (!m.has(req.leaseId) && m.size >= req.max) return false;
+    m.set(req.leaseId, Date.now() + req.ttlMs);
+    return true;
+  }
+
+  async renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
+    const m = this.live(scope, owner);
+    if (!m.has(leaseId)) return false;
+    m.set(leaseId, Date.now() + ttlMs);
+    return true;
+  }
+
+  async releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {
+    const k = `${scope}:${owner}`;
+    const m = this.leases.get(k);
+    m?.delete(leaseId);
+    if (m && m.size === 0) this.leases.delete(k);
+  }
+
+  async countLeases(scope: string, owner: string): Promise<number> {
+    return this.live(scope, owner).size;
+  }
+
+  async ping(): Promise<boolean> {
+    return true;
+  }
+
+  async close(): Promise<void> {
+    this.leases.clear();
+  }
+}

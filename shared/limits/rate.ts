@@ -1,0 +1,130 @@
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Redis } from 'ioredis';
+import type { RateBucket, RateDecision } from './types.js';
+
+export interface ReservationPolicy {
+  /** Share of a per-minute limit one instance may take from Redis at once (0 = always one point). */
+  fraction: number;
+  /** Upper bound of one reservation, in points. */
+  max: number;
+}
+
+/** Points taken from Redis ahead of use, spent locally until the window ends. */
+interface Reservation {
+  tokens: number;
+  /** When the Redis window that granted them ends (ms since epoch). */
+  until: number;
+  /** Points left in Redis after the last reservation. */
+  remaining: number;
+  pending?: Promise<void>;
+}
+
+/**
+ * One rate-limiter-flexible limiter per (bucket, size), created on first use:
+ * plans differ in their per-minute sizes, and a limiter's size is fixed.
+ *
+ * With Redis, a busy key does not cost a Redis round trip per request: an
+ * instance reserves a small share of the key's limit at once (at most
+ * `fraction` of it, at most `max` points) and spends it locally until the
+ * window ends. Reserved points are counted in Redis when they are taken, so
+ * the instances together never admit more than the limit; the price is that
+ * near the limit one instance may refuse while another still holds a few
+ * unspent points. Small limits (the free plan's 12 per minute) reserve one
+ * point at a time, which is exact.
+ */
+export class RateLimiters {
+  private readonly limiters = new Map<string, RateLimiterAbstract>();
+  private readonly reservations = new Map<string, Reservation>();
+
+  constructor(
+    private readonly redis: Redis | null,
+    private readonly prefix: string,
+    private readonly policy: ReservationPolicy = { fraction: 0.01, max: 100 },
+  ) {}
+
+  private limiter(bucket: RateBucket, perMinute: number): RateLimiterAbstract {
+    const id = `${bucket}:${perMinute}`;
+    let l = this.limiters.get(id);
+    if (!l) {
+      const opts = { points: perMinute, duration: 60, keyPrefix: `${this.prefix}rl:${bucket}:${perMinute}` };
+      l = this.redis
+        ? new RateLimiterRedis({
+            ...opts,
+            storeClient: this.redis,
+            rejectIfRedisNotReady: true,
+            // Once a key has used its minute, refuse it from memory until the window ends.
+            inMemoryBlockOnConsumed: perMinute,
+            // When Redis cannot be reached each instance keeps limiting on its own.
+            insuranceLimiter: new RateLimiterMemory(opts),
+          })
+        : new RateLimiterMemory(opts);
+      this.limiters.set(id, l);
+    }
+    return l;
+  }
+
+  async consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision> {
+    if (perMinute <= 0) return { allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 };
+    const reserveSize = Math.min(this.policy.max, Math.floor(perMinute * this.policy.fraction));
+    if (!this.redis || reserveSize <= 1) return this.take(bucket, owner, perMinute, 1);
+
+    const k = `${bucket}:${perMinute}:${owner}`;
+    for (;;) {
+      const r = this.reservations.get(k);
+      const now = Date.now();
+      if (r && now < r.until && r.tokens > 0) {
+        r.tokens--;
+        return { allowed: true, retryAfterMs: 0, remaining: r.remaining + r.tokens, limit: perMinute };
+      }
+      // One reservation in flight per key; the others wait for it and spend from it.
+      if (r?.pending) {
+        await r.pending;
+        continue;
+      }
+      // The first request of a window learns what is left before reserving more than one point.
+      const size = r && now < r.until ? Math.max(1, Math.min(reserveSize, r.remaining)) : 1;
+      const entry: Reservation = r && now < r.until ? r : { tokens: 0, until: 0, remaining: 0 };
+      let decision!: RateDecision & { points?: number; windowMs?: number };
+      entry.pending = (async () => {
+        decision = await this.take(bucket, owner, perMinute, size);
+        if (!decision.allowed && size > 1) decision = await this.take(bucket, owner, perMinute, 1);
+        if (decision.allowed) {
+          const granted = decision.points ?? 1;
+          entry.tokens = granted - 1;
+          entry.until = Date.now() + decision.windowMs!;
+          entry.remaining = decision.remaining;
+        }
+      })();
+      this.reservations.set(k, entry);
+      try {
+        await entry.pending;
+      } finally {
+        entry.pending = undefined;
+      }
+      if (this.reservations.size > 100_000) this.evictExpired();
+      return { allowed: decision.allowed, retryAfterMs: decision.retryAfterMs, remaining: decision.remaining + entry.tokens, limit: perMinute };
+    }
+  }
+
+  private async take(
+    bucket: RateBucket,
+    owner: string,
+    perMinute: number,
+    points: number,
+  ): Promise<RateDecision & { points?: number; windowMs?: number }> {
+    try {
+      const res = await this.limiter(bucket, perMinute).consume(owner, points);
+      return { allowed: true, retryAfterMs: 0, remaining: res.remainingPoints, limit: perMinute, points, windowMs: res.msBeforeNext };
+    } catch (rej) {
+      if (rej instanceof RateLimiterRes) {
+        return { allowed: false, retryAfterMs: Math.max(1, rej.msBeforeNext), remaining: 0, limit: perMinute };
+      }
+      throw rej;
+    }
+  }
+
+  private evictExpired(): void {
+    const now = Date.now();
+    for (const [k, r] of this.reservations) if (now >= r.until && !r.pending) this.reservations.delete(k);
+  }
+}

@@ -1,0 +1,40 @@
+/**
+ * Worker-thread entry: owns one PocketSphinx decoder and decodes one clip at
+ * a time, so the event loop of the main thread never blocks on speech.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import { performance } from 'node:perf_hooks';
+import { Decoder, DecoderAbortedError, type DecoderOptions } from './decoder.js';
+
+export interface DecodeJob {
+  id: number;
+  pcm: ArrayBuffer;
+  /** Int32 flag set to 1 by the pool to abandon the job (timeout, client gone). */
+  abort: SharedArrayBuffer;
+}
+
+export type ThreadMessage =
+  | { type: 'ready'; initMs: number }
+  | { type: 'result'; id: number; words: import('./decoder.js').RecognizedWord[]; decodeMs: number }
+  | { type: 'failed'; id: number; message: string; aborted: boolean };
+
+const port = parentPort!;
+const started = performance.now();
+const decoder = new Decoder(workerData as DecoderOptions);
+port.postMessage({ type: 'ready', initMs: Math.round(performance.now() - started) } satisfies ThreadMessage);
+
+port.on('message', (job: DecodeJob) => {
+  const flag = new Int32Array(job.abort);
+  const t0 = performance.now();
+  try {
+    const words = decoder.decode(new Int16Array(job.pcm), () => Atomics.load(flag, 0) !== 0);
+    port.postMessage({ type: 'result', id: job.id, words, decodeMs: performance.now() - t0 } satisfies ThreadMessage);
+  } catch (err) {
+    port.postMessage({
+      type: 'failed',
+      id: job.id,
+      message: (err as Error).message,
+      aborted: err instanceof DecoderAbortedError,
+    } satisfies ThreadMessage);
+  }
+});

@@ -1,0 +1,210 @@
+/**
+ * A pool of remote OpenAI-compatible workers (ours in engine/, a Whisper
+ * server on a GPU box, a hosted API). Policy (interface section 8):
+ *
+ * - every worker is health-checked (`GET /health`) in the background; a
+ *   failed request also marks its worker down until the next good check;
+ * - the primary is the healthy ("warm") worker with the fewest requests in
+ *   flight (ties rotate); at most one fallback, the next one in that order
+ *   (workers marked down are only tried when too few are up);
+ * - each attempt has its own timeout (800 ms) and all attempts share one
+ *   wall-clock budget (about 1.6 s); no attempt is ever repeated;
+ * - `workerId` pins a worker; by default a pinned request gets no fallback
+ *   (`STT_PINNED_FALLBACK=true` allows one).
+ *
+ * 4xx answers other than 401/403/408/429 are the request's fault, not the
+ * worker's: they end the request without a fallback.
+ */
+import type { Logger } from 'pino';
+import type { RemoteWorkerConfig, SpeechConfig } from '../config/speech.js';
+import { pcmToWav, pcmDurationSeconds } from '../audio/index.js';
+import { fromVerboseJson } from './formats.js';
+import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
+
+interface WorkerState extends RemoteWorkerConfig {
+  healthy: boolean;
+  inFlight: number;
+  lastError?: string;
+}
+
+export interface WorkerStatus {
+  id: string;
+  url: string;
+  healthy: boolean;
+  inFlight: number;
+  lastError?: string;
+}
+
+class AttemptError extends Error {
+  constructor(
+    message: string,
+    /** False when the worker is fine but refused the request itself. */
+    readonly workerFault: boolean,
+    readonly code = 'transcription_failed',
+  ) {
+    super(message);
+  }
+}
+
+export class RemotePool implements SpeechEngine {
+  private readonly workers: WorkerState[];
+  private readonly timer: NodeJS.Timeout;
+  private rotation = 0;
+  private firstCheck: Promise<void>;
+
+  constructor(
+    private readonly cfg: SpeechConfig['remote'],
+    private readonly log: Logger,
+  ) {
+    // Until the first health check answers, every worker counts as up.
+    this.workers = cfg.workers.map((w) => ({ ...w, healthy: true, inFlight: 0 }));
+    this.firstCheck = this.checkAll();
+    this.timer = setInterval(() => void this.checkAll(), cfg.healthIntervalMs);
+    this.timer.unref();
+  }
+
+  /** Resolves after the first round of health checks. */
+  ready(): Promise<void> {
+    return this.firstCheck;
+  }
+
+  workerIds(): string[] {
+    return this.workers.map((w) => w.id);
+  }
+
+  status(): WorkerStatus[] {
+    return this.workers.map(({ id, url, healthy, inFlight, lastError }) => ({ id, url, healthy, inFlight, lastError }));
+  }
+
+  languages(): string[] {
+    return ['*'];
+  }
+
+  async healthy(): Promise<boolean> {
+    return this.workers.some((w) => w.healthy);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+  }
+
+  /** Runs one round of health checks now. */
+  async checkAll(): Promise<void> {
+    await Promise.all(this.workers.map((w) => this.check(w)));
+  }
+
+  private async check(w: WorkerState): Promise<void> {
+    try {
+      const res = await fetch(`${w.url}/health`, { signal: AbortSignal.timeout(this.cfg.healthTimeoutMs) });
+      const body = (await res.json().catch(() => ({}))) as { ok?: unknown };
+      const up = res.ok && body.ok !== false;
+      if (up !== w.healthy) this.log.info({ worker: w.id, healthy: up }, 'speech worker health changed');
+      w.healthy = up;
+      if (up) w.lastError = undefined;
+      else w.lastError = `health answered ${res.status}`;
+    } catch (err) {
+      if (w.healthy) this.log.warn({ worker: w.id, err: (err as Error).message }, 'speech worker health check failed');
+      w.healthy = false;
+      w.lastError = (err as Error).message;
+    }
+  }
+
+  /** Primary first, then fallbacks, at most maxAttempts. */
+  private candidates(req: TranscribeRequest): WorkerState[] {
+    const byLoad = (list: WorkerState[]) => {
+      const start = this.rotation++ % Math.max(1, list.length);
+      const rotated = [...list.slice(start), ...list.slice(0, start)];
+      return rotated.sort((a, b) => a.inFlight - b.inFlight);
+    };
+    const ranked = [...byLoad(this.workers.filter((w) => w.healthy)), ...byLoad(this.workers.filter((w) => !w.healthy))];
+    if (req.workerId !== undefined) {
+      const pinned = this.workers.find((w) => w.id === req.workerId);
+      if (!pinned) {
+        throw new SpeechError(`Unknown worker "${req.workerId}" (known: ${this.workerIds().join(', ')}).`, 'unknown_worker', false);
+      }
+      if (!this.cfg.pinnedFallback) return [pinned];
+      return [pinned, ...ranked.filter((w) => w !== pinned)].slice(0, this.cfg.maxAttempts);
+    }
+    return ranked.slice(0, this.cfg.maxAttempts);
+  }
+
+  async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+    const candidates = this.candidates(req);
+    const deadline = Date.now() + this.cfg.budgetMs;
+    const wav = pcmToWav(req.pcm);
+    const failures: string[] = [];
+    for (let i = 0; i < candidates.length; i++) {
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) break;
+      if (req.signal?.aborted) throw new SpeechError('The request was aborted.', 'aborted', false);
+      const worker = candidates[i];
+      const started = performance.now();
+      try {
+        const transcript = await this.attempt(worker, wav, req, Math.min(this.cfg.attemptTimeoutMs, remaining));
+        if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
+        return { ...transcript, workerId: worker.id, fallbackUsed: i > 0, engineMs: performance.now() - started };
+      } catch (err) {
+        const e = err as AttemptError;
+        failures.push(`${worker.id}: ${e.message}`);
+        if (e.workerFault === false) {
+          throw new SpeechError(e.message, e.code, false);
+        }
+        worker.healthy = false;
+        worker.lastError = e.message;
+        this.log.warn({ worker: worker.id, attempt: i + 1, err: e.message }, 'speech worker attempt failed');
+      }
+    }
+    throw new SpeechError(`All speech worker attempts failed (${failures.join('; ') || 'no worker available in time'}).`, 'transcription_failed');
+  }
+
+  private async attempt(worker: WorkerState, wav: Buffer, req: TranscribeRequest, timeoutMs: number) {
+    const form = new FormData();
+    form.append('file', new Blob([wav as Uint8Array<ArrayBuffer>], { type: 'audio/wav' }), 'audio.wav');
+    form.append('model', req.model ?? this.cfg.model);
+    form.append('response_format', 'verbose_json');
+    form.append('timestamp_granularities[]', 'word');
+    form.append('timestamp_granularities[]', 'segment');
+    if (req.language) form.append('language', req.language);
+    if (req.prompt) form.append('prompt', req.prompt);
+    const signals = [AbortSignal.timeout(timeoutMs)];
+    if (req.signal) signals.push(req.signal);
+    worker.inFlight++;
+    try {
+      let res: Response;
+      try {
+        res = await fetch(`${worker.url}/v1/audio/transcriptions`, {
+          method: 'POST',
+          body: form,
+          headers: this.cfg.apiKey ? { authorization: `Bearer ${this.cfg.apiKey}` } : {},
+          signal: AbortSignal.any(signals),
+        });
+      } catch (err) {
+        const e = err as Error & { cause?: { code?: string } };
+        const why = e.name === 'TimeoutError' ? `no answer within ${Math.round(timeoutMs)} ms` : (e.cause?.code ?? e.message);
+        throw new AttemptError(why, true);
+      }
+      const text = await res.text().catch(() => '');
+      if (!res.ok) {
+        let code = 'transcription_failed';
+        let message = `HTTP ${res.status}`;
+        try {
+          const body = JSON.parse(text) as { error?: { code?: string; message?: string } };
+          if (body.error?.message) message += `: ${body.error.message}`;
+          if (body.error?.code === 'unsupported_language') code = 'unsupported_language';
+        } catch {
+          /* not JSON */
+        }
+        // 401/403 mean this worker's credentials are wrong (a configuration fault of that worker).
+        const workerFault = res.status >= 500 || [401, 403, 408, 429].includes(res.status);
+        throw new AttemptError(message, workerFault, code);
+      }
+      try {
+        return fromVerboseJson(JSON.parse(text), req.language ?? 'en');
+      } catch (err) {
+        throw new AttemptError(`unreadable answer: ${(err as Error).message}`, true);
+      }
+    } finally {
+      worker.inFlight--;
+    }
+  }
+}

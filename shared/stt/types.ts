@@ -1,0 +1,69 @@
+/**
+ * The speech interface every plane uses (segment endpoint, realtime tier,
+ * batch workflow). Input is always 16 kHz mono PCM16LE; decoding other formats
+ * happens before (shared/audio).
+ */
+export interface TranscribeRequest {
+  /** 16 kHz mono signed 16-bit little-endian samples. */
+  pcm: Buffer;
+  language?: string;
+  prompt?: string;
+  model?: string;
+  /** Pin a specific worker of a remote pool. */
+  workerId?: string;
+  /** Abort the request (client went away, session closed). */
+  signal?: AbortSignal;
+}
+
+export interface TranscriptSegment {
+  id: number;
+  start: number;
+  end: number;
+  text: string;
+  confidence: number;
+}
+
+export interface TranscriptWord {
+  word: string;
+  start: number;
+  end: number;
+  confidence: number;
+}
+
+export interface Transcript {
+  text: string;
+  language: string;
+  /** Seconds of audio. */
+  duration: number;
+  segments: TranscriptSegment[];
+  words: TranscriptWord[];
+}
+
+export interface TranscribeResult extends Transcript {
+  /** Which worker produced the result (`builtin-0`, or a remote worker id). */
+  workerId: string;
+  fallbackUsed: boolean;
+  /** Milliseconds spent in the engine itself (decode time), for overhead figures. */
+  engineMs: number;
+}
+
+export interface SpeechEngine {
+  transcribe(req: TranscribeRequest): Promise<TranscribeResult>;
+  /** Languages the engine can serve (ISO-639-1), or ['*'] for any. */
+  languages(): string[];
+  /** True when at least one worker can take work now. */
+  healthy(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export class SpeechError extends Error {
+  constructor(
+    message: string,
+    /** transcription_failed | unsupported_language | timeout | ... */
+    readonly code: string,
+    readonly retryable = true,
+  ) {
+    super(message);
+    this.name = 'SpeechError';
+  }
+}

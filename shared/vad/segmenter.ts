@@ -1,0 +1,404 @@
+/**
+ * Turns a PCM16LE 16 kHz stream into utterances. Audio is cut into 32 ms
+ * windows; each window gets a speech flag from a classifier (silero), except
+ * that while no speech is open a window below the energy gate is silence
+ * without asking the model, so silent streams cost almost nothing.
+ *
+ * Policy (all lengths are rounded to whole windows):
+ * - an utterance opens once `minSpeechMs` of speech windows have been heard
+ *   (before `silenceMs` of silence breaks the candidate); it carries
+ *   `prefixMs` of audio from before the onset;
+ * - it ends after `silenceMs` of silence (reason `end_of_speech`), keeping at
+ *   most `prefixMs` of that silence as trailing padding;
+ * - past `targetSpeechMs` it ends at the next short pause (reason
+ *   `target_duration`);
+ * - at `maxSpeechMs` it is cut hard (reason `max_duration`): at the quietest
+ *   window of the last `smartSplitWindowMs`, or exactly at the limit when that
+ *   is 0; the audio after the cut opens the next utterance at once;
+ * - `flush()` ends whatever is open (reason `flush`), including a candidate
+ *   shorter than `minSpeechMs` and, with VAD off, all audio since the last cut.
+ * - with `vad` off every window counts as speech: only flush and the maximum
+ *   length end an utterance.
+ */
+import { WINDOW_SAMPLES, SAMPLE_RATE, type WindowClassifier } from './silero.js';
+
+export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
+export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
+
+/** How speech is cut into utterances (defaults in shared/config/realtime.ts, per session via `session.update`). */
+export interface SegmenterSettings {
+  vad: boolean;
+  /** Silero speech probability threshold (0..1). */
+  threshold: number;
+  /** Silence that ends an utterance. */
+  silenceMs: number;
+  /** Audio kept before the detected speech onset. */
+  prefixMs: number;
+  /** Speech shorter than this never starts an utterance (clicks, coughs). */
+  minSpeechMs: number;
+  /** Past this length the utterance is cut at the next short pause. */
+  targetSpeechMs: number;
+  /** Hard cut (reason max_duration); the next utterance starts at once. */
+  maxSpeechMs: number;
+  /** The hard cut is placed at the quietest 32 ms window within this many ms before the limit (0 = cut exactly). */
+  smartSplitWindowMs: number;
+}
+
+export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 'flush';
+
+export type SegmenterEvent =
+  | { type: 'start'; /** stream position of the utterance's first sample, ms */ audioStartMs: number }
+  | {
+      type: 'stop';
+      reason: StopReason;
+      pcm: Buffer;
+      /** Windows flagged as speech in the utterance, in ms. */
+      speechMs: number;
+      audioStartMs: number;
+      audioEndMs: number;
+    };
+
+export interface ClassifierSource {
+  /** A classifier for the given threshold, or null (energy fallback is used). */
+  acquire(threshold: number): WindowClassifier | null;
+}
+
+export interface SegmenterOptions {
+  /** RMS gate in dBFS below which an idle stream's window is silence without the model. */
+  gateDbfs: number;
+  /** Hand the classifier back after this much gated silence. */
+  releaseAfterMs: number;
+  /**
+   * Speech hold: inside an open utterance, a window at least this many dB
+   * above the stream's noise floor, right after a model "speech" answer, is
+   * speech without running the model (0 disables). The model still runs at
+   * least every `maxSkip + 1` windows and on every quieter window, so pauses
+   * (what ends utterances) are always judged by silero.
+   */
+  holdDb?: number;
+  maxSkip?: number;
+}
+
+/** Fallback speech test when no model is available: this many dB above the gate. */
+const ENERGY_FALLBACK_MARGIN_DB = 15;
+/** A pause that ends an utterance past its target length. */
+const TARGET_PAUSE_MS = 160;
+
+const EMPTY = Buffer.alloc(0);
+const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
+
+interface Win {
+  pcm: Buffer;
+  rms: number;
+  speech: boolean;
+}
+
+export class Segmenter {
+  private settings!: SegmenterSettings;
+  private silenceW = 0;
+  private prefixW = 0;
+  private minSpeechW = 0;
+  private targetW = 0;
+  private maxW = 0;
+  private smartW = 0;
+  private readonly gateRms: number;
+  private readonly fallbackRms: number;
+  private readonly releaseAfterW: number;
+
+  private remainder: Buffer = EMPTY;
+  private readonly scratch = new Float32Array(WINDOW_SAMPLES);
+  /** Windows heard since the stream began (position clock). */
+  private pos = 0;
+  private prefix: Win[] = [];
+  /** Candidate (not yet announced) or open utterance windows. */
+  private cur: Win[] = [];
+  private curStartPos = 0;
+  private open = false;
+  private speechW = 0;
+  private silenceRun = 0;
+  private lastSpeechIdx = -1;
+  private classifier: WindowClassifier | null = null;
+  private classifierThreshold = -1;
+  private gatedRun = 0;
+  private readonly holdRatio: number;
+  private readonly maxSkip: number;
+  private skipped = 0;
+  private lastModelSpeech = false;
+  /** Running estimate of the background level (RMS), from windows judged silent. */
+  private noiseFloor = 0;
+  /** Model invocations and windows seen, for measurements. */
+  modelCalls = 0;
+  windows = 0;
+
+  constructor(
+    settings: SegmenterSettings,
+    private readonly source: ClassifierSource | null,
+    opts: SegmenterOptions,
+  ) {
+    this.gateRms = Math.pow(10, opts.gateDbfs / 20);
+    this.fallbackRms = Math.pow(10, (opts.gateDbfs + ENERGY_FALLBACK_MARGIN_DB) / 20);
+    this.releaseAfterW = ms2w(opts.releaseAfterMs);
+    this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
+    this.maxSkip = opts.maxSkip ?? 2;
+    this.configure(settings);
+  }
+
+  /** New settings apply from the next window on (an open utterance keeps its audio). */
+  configure(s: SegmenterSettings): void {
+    this.settings = { ...s };
+    this.silenceW = Math.max(1, ms2w(s.silenceMs));
+    this.prefixW = ms2w(s.prefixMs);
+    this.minSpeechW = Math.max(1, ms2w(s.minSpeechMs));
+    this.maxW = Math.max(1, ms2w(s.maxSpeechMs));
+    this.targetW = Math.min(this.maxW, Math.max(1, ms2w(s.targetSpeechMs)));
+    this.smartW = Math.min(this.maxW - 1, ms2w(s.smartSplitWindowMs));
+    if (this.classifier && this.classifierThreshold !== s.threshold) this.dropClassifier();
+  }
+
+  get inSpeech(): boolean {
+    return this.open;
+  }
+
+  /** Bytes held for the open utterance (or candidate). */
+  get pendingBytes(): number {
+    return this.cur.length * WINDOW_BYTES + (this.open ? this.remainder.length : 0);
+  }
+
+  get holdsModel(): boolean {
+    return this.classifier !== null;
+  }
+
+  /** Feed PCM16LE bytes (any even length). */
+  push(pcm: Buffer): SegmenterEvent[] {
+    const out: SegmenterEvent[] = [];
+    // One copy per frame (the caller's buffer, a uWS ArrayBuffer, is only valid during the call);
+    // windows are views into it.
+    const buf = this.remainder.length > 0 ? Buffer.concat([this.remainder, pcm]) : Buffer.from(pcm);
+    this.remainder = EMPTY;
+    let off = 0;
+    while (buf.length - off >= WINDOW_BYTES) {
+      this.window(buf.subarray(off, off + WINDOW_BYTES), out);
+      off += WINDOW_BYTES;
+    }
+    if (off < buf.length) this.remainder = buf.subarray(off);
+    return out;
+  }
+
+  flush(): SegmenterEvent[] {
+    const out: SegmenterEvent[] = [];
+    const tail = this.remainder;
+    this.remainder = EMPTY;
+    if (!this.open) {
+      const hasSpeech = this.cur.some((w) => w.speech) || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
+      if (!hasSpeech) {
+        if (tail.length > 0) this.pos += tail.length / WINDOW_BYTES;
+        return out;
+      }
+      this.announce(out);
+    }
+    this.finish('flush', this.cur.length, out, tail);
+    return out;
+  }
+
+  /** Release the model (session closed). */
+  close(): void {
+    this.dropClassifier();
+    this.cur = [];
+    this.prefix = [];
+  }
+
+  private dropClassifier(): void {
+    this.classifier?.release();
+    this.classifier = null;
+    this.classifierThreshold = -1;
+  }
+
+  /** RMS of the window (0..1) and its samples as floats in `scratch` for the model. */
+  private rmsOf(w: Buffer): number {
+    const n = WINDOW_SAMPLES;
+    const s = this.scratch;
+    let sum = 0;
+    if (w.byteOffset % 2 === 0) {
+      const x = new Int16Array(w.buffer, w.byteOffset, n);
+      for (let i = 0; i < n; i++) {
+        const v = x[i] / 32768;
+        s[i] = v;
+        sum += v * v;
+      }
+    } else {
+      for (let i = 0; i < n; i++) {
+        const v = w.readInt16LE(i * 2) / 32768;
+        s[i] = v;
+        sum += v * v;
+      }
+    }
+    return Math.sqrt(sum / n);
+  }
+
+  private classify(w: Win): boolean {
+    this.windows++;
+    if (!this.settings.vad) return true;
+    const idle = !this.open && this.cur.length === 0;
+    if (idle && w.rms < this.gateRms) {
+      this.gatedRun++;
+      this.lastModelSpeech = false;
+      this.trackFloor(w.rms);
+      if (this.classifier && this.gatedRun >= this.releaseAfterW) this.dropClassifier();
+      return false;
+    }
+    this.gatedRun = 0;
+    if (
+      this.holdRatio > 0 &&
+      this.open &&
+      this.lastModelSpeech &&
+      this.skipped < this.maxSkip &&
+      w.rms >= Math.max(this.gateRms, this.noiseFloor) * this.holdRatio
+    ) {
+      this.skipped++;
+      return true;
+    }
+    this.skipped = 0;
+    if (!this.classifier && this.source) {
+      this.classifier = this.source.acquire(this.settings.threshold);
+      this.classifierThreshold = this.settings.threshold;
+    }
+    let speech: boolean;
+    if (this.classifier) {
+      this.modelCalls++;
+      speech = this.classifier.isSpeech(this.scratch);
+    } else {
+      speech = w.rms >= this.fallbackRms;
+    }
+    this.lastModelSpeech = speech;
+    if (!speech) this.trackFloor(w.rms);
+    return speech;
+  }
+
+  private trackFloor(rms: number): void {
+    // Fast to fall, slow to rise: a floor, not an average.
+    this.noiseFloor = this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
+  }
+
+  private window(pcm: Buffer, out: SegmenterEvent[]): void {
+    const rms = this.rmsOf(pcm);
+    const w: Win = { pcm, rms, speech: false };
+    w.speech = this.classify(w);
+    this.pos++;
+
+    if (!this.open) {
+      if (this.cur.length === 0 && !w.speech) {
+        this.pushPrefix(w);
+        return;
+      }
+      this.cur.push(w);
+      if (w.speech) {
+        this.speechW++;
+        this.silenceRun = 0;
+        this.lastSpeechIdx = this.cur.length - 1;
+      } else {
+        this.silenceRun++;
+      }
+      if (this.silenceRun >= this.silenceW) {
+        // Candidate broken before it reached the minimum speech length.
+        const old = this.cur;
+        this.resetCur();
+        for (const x of old) this.pushPrefix(x);
+        return;
+      }
+      if (this.speechW >= this.minSpeechW || !this.settings.vad) this.announce(out);
+      else return;
+    } else {
+      this.cur.push(w);
+      if (w.speech) {
+        this.speechW++;
+        this.silenceRun = 0;
+        this.lastSpeechIdx = this.cur.length - 1;
+      } else {
+        this.silenceRun++;
+      }
+    }
+
+    // Open utterance: decide whether it ends here.
+    if (this.silenceRun >= this.silenceW) {
+      this.finish('end_of_speech', this.paddedEnd(), out);
+    } else if (this.cur.length >= this.targetW && this.silenceRun >= Math.min(this.silenceW, ms2w(TARGET_PAUSE_MS))) {
+      this.finish('target_duration', this.paddedEnd(), out);
+    } else if (this.cur.length >= this.maxW) {
+      let cut = this.cur.length;
+      if (this.smartW > 0) {
+        let best = this.cur.length - 1;
+        for (let i = this.cur.length - 1; i >= this.cur.length - this.smartW; i--) {
+          if (this.cur[i].rms < this.cur[best].rms) best = i;
+        }
+        cut = best + 1;
+      }
+      this.finish('max_duration', cut, out);
+      // Speech goes on: the rest opens the next utterance at once.
+      this.announce(out);
+    }
+  }
+
+  private paddedEnd(): number {
+    return Math.min(this.cur.length, this.lastSpeechIdx + 1 + Math.min(this.prefixW, this.silenceRun));
+  }
+
+  private pushPrefix(w: Win): void {
+    if (this.prefixW === 0) return;
+    this.prefix.push(w);
+    if (this.prefix.length > this.prefixW) this.prefix.splice(0, this.prefix.length - this.prefixW);
+  }
+
+  private resetCur(): void {
+    this.cur = [];
+    this.speechW = 0;
+    this.silenceRun = 0;
+    this.lastSpeechIdx = -1;
+  }
+
+  /** Opens the utterance: prefix + candidate windows. */
+  private announce(out: SegmenterEvent[]): void {
+    const pre = this.prefix;
+    this.prefix = [];
+    this.cur = [...pre, ...this.cur];
+    if (this.lastSpeechIdx >= 0) this.lastSpeechIdx += pre.length;
+    this.open = true;
+    this.curStartPos = this.pos - this.cur.length;
+    out.push({ type: 'start', audioStartMs: Math.round(this.curStartPos * WINDOW_MS) });
+  }
+
+  /** Ends the open utterance after `cut` windows; the rest stays for what follows. */
+  private finish(reason: StopReason, cut: number, out: SegmenterEvent[], tail?: Buffer): void {
+    const used = this.cur.slice(0, cut);
+    const rest = this.cur.slice(cut);
+    const parts = used.map((w) => w.pcm);
+    if (tail && tail.length > 0) parts.push(tail);
+    const pcm = Buffer.concat(parts);
+    const speechMs = Math.round(used.reduce((n, w) => n + (w.speech ? 1 : 0), 0) * WINDOW_MS);
+    const startMs = Math.round(this.curStartPos * WINDOW_MS);
+    out.push({
+      type: 'stop',
+      reason,
+      pcm,
+      speechMs,
+      audioStartMs: startMs,
+      audioEndMs: startMs + Math.round((pcm.length / 2 / SAMPLE_RATE) * 1000),
+    });
+    if (tail && tail.length > 0) this.pos += tail.length / WINDOW_BYTES;
+    this.open = false;
+    this.resetCur();
+    if (reason === 'max_duration') {
+      // Continuation: carried windows stay in the next utterance.
+      this.cur = rest;
+      for (let i = 0; i < rest.length; i++) {
+        if (rest[i].speech) {
+          this.speechW++;
+          this.lastSpeechIdx = i;
+        }
+      }
+      this.curStartPos = this.pos - rest.length;
+      this.prefix = [];
+    } else {
+      for (const w of rest) this.pushPrefix(w);
+    }
+  }
+}

@@ -1,0 +1,278 @@
+/**
+ * Where segmentation runs. A realtime session opens a `VadStream`, pushes
+ * audio and receives segmenter events through a callback:
+ *
+ * - `InlineVad`: segmenters and silero in the calling thread; events are
+ *   delivered synchronously inside `push`/`flush` (tests, small deployments).
+ * - `ThreadedVad`: segmenters and silero pools in worker threads, streams
+ *   spread over them; frames are batched per event-loop turn into one message
+ *   per thread, events come back batched. The main thread (the WebSocket
+ *   server's event loop) then only moves bytes, so its latency stays low while
+ *   the model runs on the other cores.
+ *
+ * After each `flush()` the stream delivers a `{type: 'flushed'}` marker once
+ * the flush's own events have been delivered.
+ */
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { SileroPool } from './silero.js';
+import { Segmenter, type SegmenterEvent, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
+
+export type VadEvent = SegmenterEvent | { type: 'flushed' };
+
+export interface VadStream {
+  push(pcm: Buffer): void;
+  flush(): void;
+  configure(settings: SegmenterSettings): void;
+  close(): void;
+}
+
+export interface VadStats {
+  mode: 'inline' | 'threads';
+  streams: number;
+  threads: number;
+  models: { created: number; inUse: number; idle: number };
+}
+
+export interface VadService {
+  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream;
+  stats(): VadStats;
+  close(): Promise<void>;
+  /** Registers a listener for a fatal failure (a crashed VAD thread). */
+  onFailure?(fn: (err: Error) => void): void;
+  readonly healthy?: boolean;
+}
+
+export interface VadServiceOptions extends SegmenterOptions {
+  modelPath: string;
+  poolWarm: number;
+  poolMax: number;
+}
+
+export class InlineVad implements VadService {
+  private streams = 0;
+  constructor(
+    private readonly pool: SileroPool | null,
+    private readonly opts: SegmenterOptions,
+  ) {}
+
+  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream {
+    const seg = new Segmenter(settings, this.pool, this.opts);
+    this.streams++;
+    let closed = false;
+    return {
+      push: (pcm) => {
+        const evs = seg.push(pcm);
+        if (evs.length) onEvents(evs);
+      },
+      flush: () => onEvents([...seg.flush(), { type: 'flushed' }]),
+      configure: (s) => seg.configure(s),
+      close: () => {
+        if (closed) return;
+        closed = true;
+        this.streams--;
+        seg.close();
+      },
+    };
+  }
+
+  stats(): VadStats {
+    return { mode: 'inline', streams: this.streams, threads: 0, models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0 } };
+  }
+
+  async close(): Promise<void> {}
+}
+
+// ---- threads ---------------------------------------------------------------------------------
+
+export type ToThread =
+  | { op: 'open'; id: number; settings: SegmenterSettings }
+  /** Audio bytes at `off`..`off+len` of the message's chunk number `chunk`. */
+  | { op: 'push'; id: number; chunk: number; off: number; len: number }
+  | { op: 'flush'; id: number }
+  | { op: 'configure'; id: number; settings: SegmenterSettings }
+  | { op: 'close'; id: number };
+
+/** One message per thread per event-loop turn: operations plus the audio they point into. */
+export interface ToThreadBatch {
+  ops: ToThread[];
+  chunks: ArrayBuffer[];
+}
+
+export interface FromThread {
+  events?: [number, VadEvent[]][];
+  stats?: { created: number; inUse: number; idle: number };
+  ready?: boolean;
+}
+
+const RUNNING_TS = import.meta.url.endsWith('.ts');
+const THREAD_URL = new URL(`./thread${RUNNING_TS ? '.ts' : '.js'}`, import.meta.url);
+
+function startThread(workerData: unknown): Worker {
+  if (!RUNNING_TS) return new Worker(THREAD_URL, { workerData });
+  // Under tsx the thread needs tsx's loader too.
+  // (import.meta.resolve is not available under every loader; resolve through require.)
+  const tsxDir = path.dirname(createRequire(import.meta.url).resolve('tsx/package.json'));
+  const api = pathToFileURL(path.join(tsxDir, 'dist/esm/api/index.mjs')).href;
+  const boot = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(THREAD_URL.href)}); })`;
+  return new Worker(boot, { eval: true, workerData });
+}
+
+const STAGE_BYTES = 64 * 1024;
+
+interface Lane {
+  worker: Worker;
+  outbox: ToThread[];
+  /** Audio of this turn's frames, copied into few large buffers (one allocation per 64 KiB, not per frame). */
+  chunks: ArrayBuffer[];
+  stage: Buffer | null;
+  staged: number;
+  streams: number;
+  models: { created: number; inUse: number; idle: number };
+}
+
+export class ThreadedVad implements VadService {
+  private readonly lanes: Lane[] = [];
+  private readonly handlers = new Map<number, (events: VadEvent[]) => void>();
+  private nextId = 1;
+  private scheduled = false;
+  private closed = false;
+  private failed: Error | null = null;
+  private readonly failureListeners: ((err: Error) => void)[] = [];
+
+  private constructor() {}
+
+  /** Called once if a VAD thread crashes; the service is unusable afterwards. */
+  onFailure(fn: (err: Error) => void): void {
+    this.failureListeners.push(fn);
+    if (this.failed) fn(this.failed);
+  }
+
+  get healthy(): boolean {
+    return !this.failed && !this.closed;
+  }
+
+  private fail(err: Error): void {
+    if (this.failed) return;
+    this.failed = err;
+    for (const fn of this.failureListeners) fn(err);
+  }
+
+  static async start(threads: number, opts: VadServiceOptions): Promise<ThreadedVad> {
+    const vad = new ThreadedVad();
+    const perThread = {
+      ...opts,
+      poolWarm: Math.ceil(opts.poolWarm / threads),
+      poolMax: Math.ceil(opts.poolMax / threads),
+    };
+    await Promise.all(
+      Array.from({ length: threads }, async () => {
+        const worker = startThread(perThread);
+        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0 } };
+        await new Promise<void>((resolve, reject) => {
+          worker.once('error', reject);
+          worker.on('message', (m: FromThread) => {
+            if (m.ready) resolve();
+            if (m.stats) lane.models = m.stats;
+            if (m.events) vad.deliver(m.events);
+          });
+        });
+        // A VAD thread that dies takes its streams' state with it: report it once, loudly.
+        worker.on('error', (err) => vad.fail(err));
+        worker.on('exit', (code) => {
+          if (!vad.closed) vad.fail(new Error(`VAD thread exited with code ${code}`));
+        });
+        worker.unref();
+        vad.lanes.push(lane);
+      }),
+    );
+    return vad;
+  }
+
+  private deliver(items: [number, VadEvent[]][]): void {
+    for (const [id, evs] of items) {
+      for (const ev of evs) if (ev.type === 'stop') ev.pcm = Buffer.from(ev.pcm.buffer, ev.pcm.byteOffset, ev.pcm.byteLength);
+      this.handlers.get(id)?.(evs);
+    }
+  }
+
+  private send(lane: Lane, msg: ToThread): void {
+    lane.outbox.push(msg);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      // One message per thread per event-loop turn, however many frames arrived in it.
+      setImmediate(() => this.drain());
+    }
+  }
+
+  private drain(): void {
+    this.scheduled = false;
+    for (const lane of this.lanes) {
+      if (lane.outbox.length === 0) continue;
+      const batch: ToThreadBatch = { ops: lane.outbox, chunks: lane.chunks };
+      lane.outbox = [];
+      lane.chunks = [];
+      lane.stage = null;
+      lane.staged = 0;
+      lane.worker.postMessage(batch, batch.chunks);
+    }
+  }
+
+  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream {
+    const id = this.nextId++;
+    const lane = this.lanes.reduce((a, b) => (b.streams < a.streams ? b : a));
+    lane.streams++;
+    this.handlers.set(id, onEvents);
+    this.send(lane, { op: 'open', id, settings });
+    let closed = false;
+    return {
+      push: (pcm) => {
+        if (closed) return;
+        // Copied now (the caller's bytes, a uWS ArrayBuffer, are only valid during its callback).
+        if (!lane.stage || lane.staged + pcm.length > lane.stage.length) {
+          lane.stage = Buffer.allocUnsafeSlow(Math.max(STAGE_BYTES, pcm.length));
+          lane.chunks.push(lane.stage.buffer as ArrayBuffer);
+          lane.staged = 0;
+        }
+        pcm.copy(lane.stage, lane.staged);
+        this.send(lane, { op: 'push', id, chunk: lane.chunks.length - 1, off: lane.staged, len: pcm.length });
+        lane.staged += pcm.length;
+      },
+      flush: () => !closed && this.send(lane, { op: 'flush', id }),
+      configure: (s) => !closed && this.send(lane, { op: 'configure', id, settings: s }),
+      close: () => {
+        if (closed) return;
+        closed = true;
+        lane.streams--;
+        this.handlers.delete(id);
+        this.send(lane, { op: 'close', id });
+      },
+    };
+  }
+
+  stats(): VadStats {
+    const models = { created: 0, inUse: 0, idle: 0 };
+    for (const l of this.lanes) {
+      models.created += l.models.created;
+      models.inUse += l.models.inUse;
+      models.idle += l.models.idle;
+    }
+    return { mode: 'threads', streams: this.handlers.size, threads: this.lanes.length, models };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all(this.lanes.map((l) => l.worker.terminate()));
+  }
+}
+
+/** Inline when `threads` is 0, worker threads otherwise. */
+export async function createVadService(threads: number, opts: VadServiceOptions): Promise<VadService> {
+  if (threads <= 0) {
+    return new InlineVad(new SileroPool({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }), opts);
+  }
+  return ThreadedVad.start(threads, opts);
+}

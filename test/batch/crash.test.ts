@@ -1,0 +1,122 @@
+/**
+ * Resumability under a hard crash: a real worker process is SIGKILLed in the
+ * middle of a job; after a new worker process starts, the job completes and
+ * no chunk that had been checkpointed is sent to the engine again.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { tenantStore } from '../../shared/storage/index.js';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  randomId,
+  repoRoot,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
+
+function startWorker(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      if (process.env.BATCH_TEST_DEBUG) process.stderr.write(d);
+      if (d.toString().includes('ready')) resolve(child);
+    });
+  });
+}
+
+describe('batch: crash and resume (SIGKILL of a real worker process)', function () {
+  this.timeout(120_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let child: ChildProcess | undefined;
+  const dir = tmpDir('batch-crash-');
+
+  before(async () => {
+    buildRecording(path.join(dir, 'long.wav'), ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav'], 0.8);
+    files = await startFileServer(dir);
+    // This process only submits and polls (pg-boss producer); the workers live in the child.
+    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
+    await t.runtime.start({ workers: false });
+  });
+  after(async () => {
+    if (child && child.exitCode === null) child.kill('SIGKILL');
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('completes after restart without re-transcribing checkpointed chunks', async () => {
+    const key = (await issueKey(t, { ownerId: 'tenant-crash', plan: 'pro' })).key;
+    const callLog = path.join(dir, 'calls.log');
+    fs.writeFileSync(callLog, '');
+    const env = {
+      DATABASE_URL: t.db.url,
+      DATA_DIR: t.dataDir,
+      WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
+      OUTBOUND_ALLOW: '127.0.0.1',
+      BATCH_LEASE_SECONDS: '2',
+      BATCH_SWEEP_INTERVAL_MS: '300',
+      STT_THREADS: '1',
+      LOG_LEVEL: 'warn',
+    };
+    child = await startWorker(env, callLog);
+
+    const requestId = randomId('crash');
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/long.wav`, request_id: requestId, segment_seconds: 5, concurrency: 1 });
+    expect(sub.status).to.equal(202);
+    const id = sub.body.workflow_id as string;
+
+    const store = tenantStore(t.runtime.store, 'tenant-crash');
+    const prefix = `transcription/${requestId}/`;
+    await waitFor(async () => (await store.list(prefix)).filter((k) => /chunk_\d+\.json$/.test(k)).length >= 2, 60_000, 50);
+    child.kill('SIGKILL');
+    await new Promise((r) => child!.once('exit', r));
+    const checkpointed = (await store.list(prefix)).map((k) => /chunk_(\d+)\.json$/.exec(k)?.[1]).filter(Boolean).map(Number);
+    const mid = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+    expect(mid.body.status).to.equal('running');
+
+    child = await startWorker(env, callLog);
+    const done = await waitFor(async () => {
+      const r = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+    }, 90_000, 200);
+    child.kill('SIGTERM');
+    expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+
+    const chunkCount = done.body.output.slice.slices.length as number;
+    expect(chunkCount).to.be.at.least(5);
+    const calls = fs
+      .readFileSync(callLog, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(' '))
+      .filter(([wf]) => wf === id)
+      .map(([, chunk, pid]) => ({ chunk: Number(chunk), pid }));
+    expect(new Set(calls.map((c) => c.pid)).size).to.equal(2);
+    for (let i = 0; i < chunkCount; i++) {
+      const n = calls.filter((c) => c.chunk === i).length;
+      if (checkpointed.includes(i)) expect(n, `checkpointed chunk ${i}`).to.equal(1);
+      else expect(n, `chunk ${i}`).to.be.within(1, 2);
+    }
+    expect(checkpointed.length).to.be.at.least(2);
+    expect(done.body.output.result.metadata.chunk_count).to.equal(chunkCount);
+    const probe = done.body.steps.find((s: { name: string }) => s.name === 'probe');
+    expect(probe.attempts).to.equal(2); // fetched again by the second process
+  });
+});

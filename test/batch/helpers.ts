@@ -1,0 +1,168 @@
+/**
+ * Batch test fixtures: an app with the batch routes and runtime on its own
+ * database, test recordings built from ../shared/test-audio with sox, and a
+ * loopback HTTP server that serves them (and records webhook calls).
+ */
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { batchRuntime, type BatchRuntime } from '../../api/batch/runtime.js';
+import type { RunnerHooks } from '../../api/batch/workflow.js';
+import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const audioDir = path.resolve(repoRoot, '../shared/test-audio');
+
+export const REFS: Record<string, string> = Object.fromEntries(
+  fs
+    .readFileSync(path.join(audioDir, 'refs.tsv'), 'utf8')
+    .trim()
+    .split('\n')
+    .slice(1)
+    .map((l) => l.split('\t'))
+    .map(([f, , ref]) => [f, ref]),
+);
+
+export function tmpDir(prefix = 'batch-test-'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/** Concatenates clips with `gap` seconds of silence between them (sox). */
+export function buildRecording(out: string, clips: string[], gap = 0.8): string {
+  const args: string[] = [];
+  const silence = path.join(path.dirname(out), `silence-${gap}.wav`);
+  execFileSync('sox', ['-n', '-r', '16000', '-c', '1', '-b', '16', silence, 'trim', '0', String(gap)]);
+  clips.forEach((c, i) => {
+    if (i > 0) args.push(silence);
+    args.push(path.join(audioDir, c));
+  });
+  execFileSync('sox', [...args, out]);
+  return out;
+}
+
+export function durationOf(file: string): number {
+  return Number(execFileSync('soxi', ['-D', file]).toString().trim());
+}
+
+export interface FileServer {
+  url: string;
+  port: number;
+  hits: string[];
+  /** Webhook calls received (path, headers, body). */
+  posts: { path: string; headers: http.IncomingHttpHeaders; body: string }[];
+  /** Status codes to answer POSTs with, consumed in order (default 200). */
+  postStatuses: number[];
+  close(): Promise<void>;
+}
+
+/** Serves files of `dir` on 127.0.0.1 and records POSTs. */
+export async function startFileServer(dir: string): Promise<FileServer> {
+  const hits: string[] = [];
+  const posts: FileServer['posts'] = [];
+  const postStatuses: number[] = [];
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    hits.push(url.pathname);
+    if (req.method === 'POST') {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        posts.push({ path: url.pathname, headers: req.headers, body: Buffer.concat(chunks).toString() });
+        res.writeHead(postStatuses.shift() ?? 200).end('ok');
+      });
+      return;
+    }
+    if (url.pathname.startsWith('/redirect/')) {
+      res.writeHead(302, { location: decodeURIComponent(url.pathname.slice('/redirect/'.length)) }).end();
+      return;
+    }
+    const file = path.join(dir, path.basename(url.pathname));
+    if (!fs.existsSync(file)) return void res.writeHead(404).end();
+    res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': fs.statSync(file).size });
+    fs.createReadStream(file).pipe(res);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    hits,
+    posts,
+    postStatuses,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
+}
+
+export interface BatchTestApp extends TestApp {
+  runtime: BatchRuntime;
+  dataDir: string;
+  engineCalls: { workflowId: string; chunk: number }[];
+}
+
+export const BATCH_TEST_ENV = {
+  OUTBOUND_ALLOW: '127.0.0.1',
+  BATCH_LEASE_SECONDS: '3',
+  BATCH_SWEEP_INTERVAL_MS: '500',
+  STT_THREADS: '2',
+  WEBHOOK_BASE_DELAY_SECONDS: '1',
+  WEBHOOK_MAX_DELAY_SECONDS: '2',
+};
+
+/** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
+export async function createBatchTestApp(env: Record<string, string> = {}, opts: { start?: boolean; speech?: boolean } = {}): Promise<BatchTestApp> {
+  const dataDir = tmpDir('batch-data-');
+  const t = await createTestApp({ ...BATCH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...env });
+  const engineCalls: BatchTestApp['engineCalls'] = [];
+  const hooks: RunnerHooks = { onEngineCall: (workflowId, chunk) => engineCalls.push({ workflowId, chunk }) };
+  const depsWithHooks = t.deps as typeof t.deps & { hooks?: RunnerHooks };
+  depsWithHooks.hooks = hooks;
+  const runtime = batchRuntime(t.deps);
+  if (opts.start) {
+    if (opts.speech !== false && !t.deps.speech) {
+      const { createSpeechEngine } = await import('../../shared/stt/index.js');
+      const engine = createSpeechEngine(t.config, t.deps.logger);
+      await engine.ready();
+      t.deps.speech = engine;
+    }
+    await runtime.start({ workers: true });
+  }
+  const close = t.close;
+  return {
+    ...t,
+    runtime,
+    dataDir,
+    engineCalls,
+    async close() {
+      await runtime.stop();
+      await close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('batch-test-secret-0123456789abcdef').toString('base64')}`;
+
+export { issueKey };
+
+export async function waitFor<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 60_000, everyMs = 100): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error('waitFor timed out');
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+export function randomId(prefix = 'req'): string {
+  return `${prefix}-${randomBytes(6).toString('hex')}`;
+}

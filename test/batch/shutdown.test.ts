@@ -1,0 +1,61 @@
+/**
+ * Graceful stop: a worker that shuts down mid-job gives its lease back at
+ * once; another worker resumes from the checkpoints without waiting for the
+ * lease to lapse and without transcribing a checkpointed chunk again.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { BatchRuntime } from '../../api/batch/runtime.js';
+import { tenantStore } from '../../shared/storage/index.js';
+import { buildRecording, createBatchTestApp, issueKey, randomId, startFileServer, tmpDir, waitFor, type BatchTestApp, type FileServer } from './helpers.js';
+
+describe('batch: graceful worker shutdown mid-job', function () {
+  this.timeout(90_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let second: BatchRuntime | undefined;
+  const dir = tmpDir('batch-stop-');
+  before(async () => {
+    buildRecording(path.join(dir, 'a.wav'), ['librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav', 'librispeech-1089-134686-0001.wav'], 0.8);
+    files = await startFileServer(dir);
+    // Long lease: resumption must come from the released lease, not from expiry.
+    t = await createBatchTestApp({ BATCH_LEASE_SECONDS: '60', STT_THREADS: '1' }, { start: true });
+  });
+  after(async () => {
+    await second?.stop();
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('releases the lease on stop and another worker finishes the job', async () => {
+    const key = (await issueKey(t, { ownerId: 'tenant-stop', plan: 'pro' })).key;
+    const requestId = randomId('stop');
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/a.wav`, request_id: requestId, segment_seconds: 4, concurrency: 1 });
+    const id = sub.body.workflow_id as string;
+    const store = tenantStore(t.runtime.store, 'tenant-stop');
+    await waitFor(async () => (await store.list(`transcription/${requestId}/`)).length >= 1, 60_000, 50);
+    await t.runtime.stop();
+    const checkpointed = (await store.list(`transcription/${requestId}/`)).length;
+    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    expect(row.status).to.equal('running');
+    expect(row.lease_owner).to.equal(null);
+
+    const calls: number[] = [];
+    second = new BatchRuntime({ ...t.deps, hooks: { onEngineCall: (_w, chunk) => calls.push(chunk) } });
+    await second.start({ workers: true });
+    const done = await waitFor(async () => {
+      const r = await request(t.server).get(`/${id}`).set('authorization', `Bearer ${key}`);
+      return r.body.status === 'complete' ? r : undefined;
+    }, 60_000, 200);
+    const total = done.body.output.report.chunk_count as number;
+    expect(done.body.output.report.chunks_reused).to.be.at.least(checkpointed);
+    expect(calls.length).to.equal(total - done.body.output.report.chunks_reused);
+    expect(new Set(calls).size).to.equal(calls.length);
+  });
+});

@@ -1,0 +1,93 @@
+/** Webhook delivery: signature, retries with backoff and jitter, attempts recorded, 410 stops. */
+import fs from 'node:fs';
+import { expect } from 'chai';
+import request from 'supertest';
+import { Webhook } from 'standardwebhooks';
+import { backoffSeconds, signedHeaders } from '../../api/batch/webhook.js';
+import { batchConfig } from '../../shared/config/batch.js';
+import { createBatchTestApp, issueKey, startFileServer, TEST_WEBHOOK_SECRET, waitFor, type BatchTestApp, type FileServer } from './helpers.js';
+import { audioDir, tmpDir } from './helpers.js';
+
+describe('batch: webhook backoff and signing', () => {
+  it('backs off exponentially with jitter, capped, spanning hours by default', () => {
+    const cfg = batchConfig({}).webhook;
+    expect(backoffSeconds(1, cfg, () => 1)).to.equal(30);
+    expect(backoffSeconds(2, cfg, () => 1)).to.equal(60);
+    expect(backoffSeconds(3, cfg, () => 0)).to.equal(60); // half of 120 at the lowest jitter
+    expect(backoffSeconds(30, cfg, () => 1)).to.equal(cfg.maxDelaySeconds);
+    let total = 0;
+    for (let a = 1; a < cfg.maxAttempts; a++) total += backoffSeconds(a, cfg, () => 0.5);
+    expect(total / 3600).to.be.above(3);
+    const samples = new Set(Array.from({ length: 20 }, () => backoffSeconds(4, cfg)));
+    expect(samples.size).to.be.above(1);
+  });
+
+  it('signs id.timestamp.body as Standard Webhooks v1', () => {
+    const at = new Date('2026-11-21T20:00:00Z');
+    const h = signedHeaders(TEST_WEBHOOK_SECRET, 'msg_1', at, '{"a":1}');
+    expect(h['webhook-id']).to.equal('msg_1');
+    expect(h['webhook-timestamp']).to.equal(String(at.getTime() / 1000));
+    expect(h['webhook-signature']).to.match(/^v1,[A-Za-z0-9+/=]+$/);
+    const wh = new Webhook(TEST_WEBHOOK_SECRET);
+    expect(() => wh.verify('{"a":2}', { ...h, 'webhook-timestamp': String(Math.floor(Date.now() / 1000)) })).to.throw();
+  });
+});
+
+describe('batch: webhook delivery', function () {
+  this.timeout(60_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let key: string;
+  const dir = tmpDir('batch-webhook-');
+  before(async () => {
+    fs.copyFileSync(`${audioDir}/librivox-austen-0880.wav`, `${dir}/short.wav`);
+    files = await startFileServer(dir);
+    t = await createBatchTestApp({}, { start: true });
+    key = (await issueKey(t, { ownerId: 'tenant-w', plan: 'pro' })).key;
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function run(hookPath: string) {
+    const r = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/short.wav`, webhook_url: `${files.url}${hookPath}` });
+    expect(r.status).to.equal(202);
+    return r.body.workflow_id as string;
+  }
+  const deliveries = (id: string) => t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).orderBy('attempt');
+
+  it('retries failed deliveries with growing delays, recording every attempt, until one succeeds', async () => {
+    files.postStatuses.push(500, 503);
+    const id = await run('/retry');
+    const rows = await waitFor(async () => {
+      const d = await deliveries(id);
+      return d.length === 3 ? d : undefined;
+    }, 30_000, 200);
+    expect(rows.map((r) => r.outcome)).to.deep.equal(['failed', 'failed', 'delivered']);
+    expect(rows.map((r) => r.status_code)).to.deep.equal([500, 503, 200]);
+    expect(rows[0].next_attempt_at).to.be.instanceOf(Date);
+    const calls = files.posts.filter((p) => p.path === '/retry');
+    expect(calls).to.have.length(3);
+    // Same message id on every attempt so receivers can de-duplicate; each verifies.
+    expect(new Set(calls.map((c) => c.headers['webhook-id'])).size).to.equal(1);
+    for (const c of calls) new Webhook(TEST_WEBHOOK_SECRET).verify(c.body, c.headers as Record<string, string>);
+    const poll = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+    const step = poll.body.steps.find((s: { name: string }) => s.name === 'webhook');
+    expect(step).to.include({ status: 'complete', attempts: 3 });
+  });
+
+  it('stops at 410 Gone', async () => {
+    files.postStatuses.push(410);
+    const id = await run('/gone');
+    await waitFor(async () => (await deliveries(id)).length === 1, 30_000, 200);
+    await new Promise((r) => setTimeout(r, 2500));
+    const rows = await deliveries(id);
+    expect(rows).to.have.length(1);
+    expect(rows[0]).to.include({ outcome: 'gone', status_code: 410 });
+  });
+});

@@ -1,0 +1,252 @@
+/**
+ * End to end on real Postgres, pg-boss, PocketSphinx and a loopback audio
+ * server: submit → steps → output, artifacts, review, webhook, resubmission.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { Webhook } from 'standardwebhooks';
+import {
+  buildRecording,
+  createBatchTestApp,
+  durationOf,
+  issueKey,
+  randomId,
+  startFileServer,
+  TEST_WEBHOOK_SECRET,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
+
+describe('batch: workflow end to end', function () {
+  this.timeout(120_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let key: string;
+  let otherKey: string;
+  let duration: number;
+  const dir = tmpDir('batch-audio-');
+
+  before(async () => {
+    // ~33 s: four clips with 0.8 s pauses between them.
+    buildRecording(path.join(dir, 'talk.wav'), ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav']);
+    duration = durationOf(path.join(dir, 'talk.wav'));
+    files = await startFileServer(dir);
+    t = await createBatchTestApp(
+      { PLANS_JSON: JSON.stringify({ tiny: { maxAudioSecondsPerRequest: 5 }, budget: { maxAudioSecondsPerWindow: 100 } }) },
+      { start: true },
+    );
+    key = (await issueKey(t, { ownerId: 'tenant-a', plan: 'pro' })).key;
+    otherKey = (await issueKey(t, { ownerId: 'tenant-b', plan: 'pro' })).key;
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const poll = (id: string, k = key) => request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${k}`);
+
+  async function waitDone(id: string) {
+    return waitFor(async () => {
+      const r = await poll(id);
+      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+    }, 90_000, 200);
+  }
+
+  let requestId: string;
+  let workflowId: string;
+  let firstResult: { segments: { text: string }[] };
+  let resubmittedId: string;
+
+  it('runs a job with review and webhook: steps, output, artifacts, signed webhook', async () => {
+    requestId = randomId();
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({
+        audio_url: `${files.url}/talk.wav`,
+        request_id: requestId,
+        segment_seconds: 10,
+        concurrency: 2,
+        review: true,
+        webhook_url: `${files.url}/hook`,
+        metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
+      });
+    expect(sub.status).to.equal(202);
+    expect(sub.body).to.include({ request_id: requestId, status: 'queued' });
+    expect(sub.body.workflow_id).to.match(/^cf_[0-9a-f]{64}$/);
+    expect(sub.body.endpoint).to.equal(`GET /${sub.body.workflow_id}`);
+    expect(sub.body.poll_endpoint).to.equal(`GET /v1/audio/transcriptions/jobs/${sub.body.workflow_id}`);
+    workflowId = sub.body.workflow_id;
+
+    // Steps become visible while it runs.
+    const running = await waitFor(async () => {
+      const r = await poll(workflowId);
+      return r.body.steps.length > 0 ? r : undefined;
+    });
+    expect(['running', 'complete']).to.include(running.body.status);
+
+    const done = await waitDone(workflowId);
+    expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+    expect(done.body.error).to.equal(null);
+    const names = done.body.steps.map((s: { name: string }) => s.name);
+    expect(names.slice(0, 2)).to.deep.equal(['probe', 'slice']);
+    expect(names).to.include.members(['transcribe_chunk_0', 'transcribe_chunk_1', 'transcribe_chunk_2', 'aggregate', 'review', 'report']);
+    for (const s of done.body.steps) {
+      expect(s).to.have.all.keys('name', 'status', 'started_at', 'ended_at', 'attempts');
+      // ISO 8601 in UTC with milliseconds, exactly as Date#toISOString writes it.
+      for (const t of [s.started_at, s.ended_at]) if (t !== null) expect(new Date(t).toISOString()).to.equal(t);
+    }
+    // concurrency 2: the first two chunks were in flight together.
+    const step = (n: string) => done.body.steps.find((s: { name: string }) => s.name === n);
+    const [c0, c1] = [step('transcribe_chunk_0'), step('transcribe_chunk_1')];
+    expect(new Date(c1.started_at).getTime()).to.be.below(new Date(c0.ended_at).getTime());
+    expect(new Date(c0.started_at).getTime()).to.be.below(new Date(c1.ended_at).getTime());
+    const out = done.body.output;
+    expect(out).to.have.keys('probe', 'slice', 'chunks', 'aggregate', 'review', 'report', 'result');
+    expect(out.probe.duration_seconds).to.be.closeTo(duration, 0.05);
+    expect(out.slice.slices).to.have.length(3);
+    // Cuts land in the inserted pauses (quiet), not inside words.
+    for (const c of out.slice.cuts) expect(c.level_db).to.be.below(-50);
+    const r = out.result;
+    expect(r.metadata).to.include({ chunk_count: 3 });
+    expect(r.metadata.audio_duration_seconds).to.be.closeTo(duration, 0.05);
+    expect(r.summary.num_segments).to.equal(r.segments.length);
+    expect(r.summary.total_duration).to.be.closeTo(duration, 0.05);
+    expect(r.summary.overall_speech_ratio).to.be.within(0, 1);
+    let prevEnd = 0;
+    r.segments.forEach((s: { id: number; start_time: number; end_time: number; duration: number }, i: number) => {
+      expect(s.id).to.equal(i);
+      expect(s.start_time).to.be.at.least(prevEnd - 0.01);
+      expect(s.duration).to.be.closeTo(s.end_time - s.start_time, 0.002);
+      prevEnd = s.end_time;
+    });
+    const text = r.segments.map((s: { text: string }) => s.text).join(' ').toLowerCase();
+    expect(text).to.match(/country/);
+    expect(text, text).to.match(/dashwood|disposed|selfish/);
+    firstResult = r;
+    expect(t.engineCalls.filter((c) => c.workflowId === workflowId)).to.have.length(3);
+
+    // Artifacts (2.5) through GET /r2/{key}, owner only.
+    for (const k of ['chunk_0.json', 'chunk_2.json', 'result.json', 'review_chunk_1.json', 'reviewed_result.json']) {
+      const a = await request(t.server).get(`/r2/transcription/${requestId}/${k}`).set('authorization', `Bearer ${key}`);
+      expect(a.status, k).to.equal(200);
+    }
+    const reviewed = await request(t.server).get(`/r2/transcription/${requestId}/reviewed_result.json`).set('authorization', `Bearer ${key}`);
+    expect(reviewed.body).to.have.property('changes').that.is.an('array');
+    expect(reviewed.body.segments).to.have.length(r.segments.length);
+    const other = await request(t.server).get(`/r2/transcription/${requestId}/result.json`).set('authorization', `Bearer ${otherKey}`);
+    expect(other.status).to.equal(404);
+    expect(other.body).to.have.property('error').that.is.a('string');
+
+    // Webhook: Standard Webhooks signature over the raw body, raw and reviewed results.
+    const hook = await waitFor(async () => files.posts.find((p) => p.path === '/hook'));
+    const verified = new Webhook(TEST_WEBHOOK_SECRET).verify(hook.body, hook.headers as Record<string, string>) as {
+      type: string;
+      data: { workflow_id: string; result: unknown; reviewed_result: { changes: unknown[] } };
+    };
+    expect(verified.type).to.equal('transcription.completed');
+    expect(verified.data.workflow_id).to.equal(workflowId);
+    expect(verified.data.result).to.deep.equal(r);
+    expect(verified.data.reviewed_result.changes).to.be.an('array');
+    expect(hook.headers['webhook-id']).to.equal(`msg_${workflowId}`);
+    const deliveries = await waitFor(async () => {
+      const rows = await t.deps.db('batch_webhook_deliveries').where({ workflow_id: workflowId });
+      return rows.length ? rows : undefined;
+    });
+    expect(deliveries[0]).to.include({ outcome: 'delivered', status_code: 200, attempt: 1 });
+  });
+
+  it('polls on all three paths; other tenants and unknown ids get 404', async () => {
+    for (const p of [`/v1/audio/transcriptions/jobs/${workflowId}`, `/v1/audio/transcriptions/${workflowId}`, `/${workflowId}`]) {
+      const r = await request(t.server).get(p).set('authorization', `Bearer ${key}`);
+      expect(r.status, p).to.equal(200);
+      expect(r.body.workflow_id).to.equal(workflowId);
+      const o = await request(t.server).get(p).set('authorization', `Bearer ${otherKey}`);
+      expect(o.status, p).to.equal(404);
+      expect(o.body.error).to.be.a('string');
+    }
+    const unknown = `cf_${'0'.repeat(64)}`;
+    for (const p of [`/v1/audio/transcriptions/jobs/${unknown}`, `/v1/audio/transcriptions/${unknown}`, `/${unknown}`]) {
+      const r = await request(t.server).get(p).set('authorization', `Bearer ${key}`);
+      expect(r.status, p).to.equal(404);
+    }
+    const noAuth = await request(t.server).get(`/${workflowId}`);
+    expect(noAuth.status).to.equal(401);
+  });
+
+  it('resubmitting the same request_id skips every stored chunk', async () => {
+    const before = t.engineCalls.length;
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/talk.wav`, request_id: requestId, segment_seconds: 10, concurrency: 2 });
+    expect(sub.status).to.equal(202);
+    expect(sub.body.workflow_id).to.not.equal(workflowId);
+    resubmittedId = sub.body.workflow_id;
+    const done = await waitDone(sub.body.workflow_id);
+    expect(done.body.status).to.equal('complete');
+    expect(t.engineCalls.length).to.equal(before);
+    expect(done.body.output.report).to.include({ chunks_reused: 3, chunks_transcribed: 0 });
+    expect(done.body.output.result.segments.map((s: { text: string }) => s.text)).to.deep.equal(firstResult.segments.map((s) => s.text));
+  });
+
+  it('errors a job whose audio cannot be fetched, with error {name, message} and no output', async () => {
+    const freeKey = (await issueKey(t, { ownerId: 'tenant-c', plan: 'free' })).key;
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${freeKey}`)
+      .send({ audio_url: `${files.url}/missing.wav` });
+    expect(sub.status).to.equal(202);
+    const done = await waitFor(async () => {
+      const r = await poll(sub.body.workflow_id, freeKey);
+      return r.body.status === 'errored' ? r : undefined;
+    }, 30_000);
+    expect(done.body.error.name).to.equal('AudioFetchError');
+    expect(done.body.error.message).to.match(/404/);
+    expect(done.body).to.not.have.property('output');
+  });
+
+  it('errors a job whose audio is longer than the plan allows per request', async () => {
+    const tinyKey = (await issueKey(t, { ownerId: 'tenant-tiny', plan: 'tiny' })).key;
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${tinyKey}`)
+      .send({ audio_url: `${files.url}/talk.wav` });
+    const done = await waitFor(async () => {
+      const r = await poll(sub.body.workflow_id, tinyKey);
+      return r.body.status === 'errored' ? r : undefined;
+    }, 30_000);
+    expect(done.body.error).to.deep.equal({
+      name: 'AudioTooLongError',
+      message: 'The audio is longer than the plan allows per request (5 s).',
+    });
+    const probe = done.body.steps.find((s: { name: string }) => s.name === 'probe');
+    expect(probe.status).to.equal('errored');
+  });
+
+  it('errors a job that would exceed the plan audio budget of the billing window', async () => {
+    const budget = await issueKey(t, { ownerId: 'tenant-budget', plan: 'budget' });
+    await t.deps.db('usage_events').insert({ key_id: budget.id, plane: 'segment', ref_id: randomId('usage'), audio_seconds: 90 });
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${budget.key}`)
+      .send({ audio_url: `${files.url}/talk.wav` });
+    const done = await waitFor(async () => {
+      const r = await poll(sub.body.workflow_id, budget.key);
+      return r.body.status === 'errored' ? r : undefined;
+    }, 30_000);
+    expect(done.body.error.name).to.equal('AudioQuotaExceededError');
+  });
+
+  it('bills each workflow once, for the audio it had transcribed (reused checkpoints are free)', async () => {
+    const row = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: workflowId }).first();
+    expect(row.audio_seconds).to.be.closeTo(duration, 0.05);
+    const resubmitted = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: resubmittedId }).first();
+    expect(resubmitted.audio_seconds).to.equal(0);
+  });
+});

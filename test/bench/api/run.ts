@@ -1,0 +1,132 @@
+/**
+ * API benchmark: autocannon against the real API (authenticated, Redis
+ * rate-limited routes) and, in the same run, a bare Koa hello-world, each in
+ * its own process on this machine. Rounds alternate between targets; medians
+ * are reported with the ratio to bare Koa.
+ *
+ *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3]
+ *
+ * or, as production runs it, compiled:  npm run build && node dist/test/bench/api/run.js
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { createTestDatabase, TEST_REDIS_URL } from '../../helpers/db.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+// Run the servers the way this script runs: compiled JavaScript, or TypeScript through tsx.
+const compiled = import.meta.url.endsWith('.js');
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+const duration = arg('duration', 10);
+const connections = arg('connections', 50);
+const rounds = arg('rounds', 3);
+
+function start(file: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number; key?: string }> {
+  const child = fork(path.join(here, compiled ? file.replace(/\.ts$/, '.js') : file), [], {
+    execArgv: compiled ? [] : ['--import', 'tsx'],
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+  return new Promise((resolve, reject) => {
+    child.once('message', (m: { port: number; key?: string }) => resolve({ child, ...m }));
+    child.once('exit', (c) => reject(new Error(`${file} exited ${c}`)));
+  });
+}
+
+interface Target {
+  name: string;
+  opts: autocannon.Options;
+  server: ChildProcess;
+}
+
+/** CPU time (user + system, microseconds) the server process has used so far. */
+function cpuOf(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    const on = (m: { cpu?: NodeJS.CpuUsage }) => {
+      if (!m.cpu) return;
+      child.off('message', on);
+      resolve(m.cpu.user + m.cpu.system);
+    };
+    child.on('message', on);
+    child.send('cpu');
+  });
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+const db = await createTestDatabase('stt_bench');
+const bare = await start('bareKoa.ts');
+const api = await start('apiServer.ts', {
+  DATABASE_URL: db.url,
+  REDIS_URL: TEST_REDIS_URL,
+  GATEWAY_SESSION_TOKEN_SECRET: 'bench-secret-value',
+  LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
+  PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 1_000_000_000 } }),
+});
+const auth = { authorization: `Bearer ${api.key}` };
+const targets: Target[] = [
+  { name: 'bare Koa hello-world', opts: { url: `http://127.0.0.1:${bare.port}/` }, server: bare.child },
+  { name: 'GET plan catalog (public)', opts: { url: `http://127.0.0.1:${api.port}/v1/external-transcription/plans` }, server: api.child },
+  {
+    name: 'POST session-token (auth + Redis limit + HMAC)',
+    opts: { url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/session-token`, method: 'POST', headers: auth },
+    server: api.child,
+  },
+];
+// A poll-shaped authenticated GET: submit one job, then poll it (auth + Postgres read; polls do not count against the request rate, see docs/decisions.md).
+const submitted = await fetch(`http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs`, {
+  method: 'POST',
+  headers: { ...auth, 'content-type': 'application/json' },
+  body: JSON.stringify({ audio_url: 'https://audio.invalid/bench.wav' }),
+});
+const job = (await submitted.json()) as { workflow_id?: string };
+if (job.workflow_id) {
+  targets.push({
+    name: 'GET job poll (auth + Postgres read)',
+    opts: { url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs/${job.workflow_id}`, headers: auth },
+    server: api.child,
+  });
+} else {
+  process.stderr.write(`could not submit a job for the poll target: ${JSON.stringify(job)}\n`);
+}
+
+const results = new Map<string, { rps: number[]; p50: number[]; p99: number[]; cpuUs: number[]; errors: number; non2xx: number }>();
+for (let r = 0; r < rounds; r++) {
+  for (const t of targets) {
+    const cpu0 = await cpuOf(t.server);
+    const res = await autocannon({ ...t.opts, connections, duration, pipelining: 1 });
+    const cpuUs = (await cpuOf(t.server)) - cpu0;
+    const e = results.get(t.name) ?? { rps: [], p50: [], p99: [], cpuUs: [], errors: 0, non2xx: 0 };
+    e.cpuUs.push(cpuUs / Math.max(1, res.requests.total));
+    e.rps.push(res.requests.average);
+    e.p50.push(res.latency.p50);
+    e.p99.push(res.latency.p99);
+    e.errors += res.errors + res.timeouts;
+    e.non2xx += res.non2xx;
+    results.set(t.name, e);
+    process.stderr.write(`round ${r + 1} ${t.name}: ${Math.round(res.requests.average)} req/s p99 ${res.latency.p99} ms\n`);
+  }
+}
+
+const baseline = median(results.get(targets[0].name)!.rps);
+const baseCpu = median(results.get(targets[0].name)!.cpuUs);
+console.log(`\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'})\n`);
+console.log('| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa | errors | non-2xx |');
+console.log('|---|---|---|---|---|---|---|---|---|');
+for (const [name, e] of results) {
+  const rps = median(e.rps);
+  const cpu = median(e.cpuUs);
+  console.log(
+    `| ${name} | ${Math.round(rps)} | ${((rps / baseline) * 100).toFixed(0)}% | ${median(e.p50)} | ${median(e.p99)} | ${cpu.toFixed(1)} | ${((baseCpu / cpu) * 100).toFixed(0)}% | ${e.errors} | ${e.non2xx} |`,
+  );
+}
+
+api.child.send('stop');
+await new Promise((r) => api.child.once('exit', r));
+bare.child.kill();
+await db.drop();
+process.exit(0);

@@ -1,0 +1,242 @@
+/**
+ * Realtime benchmarks (figures recorded in docs/benchmarks.md, "## Realtime").
+ * Every server runs in its own process on this machine; clients run here.
+ *
+ *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000]
+ *   npx tsx test/bench/realtime/run.ts streams [--streams 200] [--seconds 30] [--delay 100] [--vad off]
+ *
+ * idle:    N authenticated sessions held open without audio; the realtime
+ *          process's RSS (from /proc) before and after.
+ * streams: N clients stream real speech in 100 ms frames at real-time pace,
+ *          silero VAD on, speech from a fake OpenAI-compatible worker in another
+ *          process answering after a fixed delay. Measured over the steady
+ *          window: realtime CPU per stream (from /proc), event-loop delay p99
+ *          (from the server's /stats), client-observed completion latency minus
+ *          the worker's fixed delay (gateway overhead). The same load then runs
+ *          against a plain `ws` server doing the same session work; the ratio
+ *          of CPU per stream is reported.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fork, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+import { createTestDatabase, type TestDatabase } from '../../helpers/db.js';
+import { createDb } from '../../../shared/db/index.js';
+import { PlanCatalog } from '../../../shared/plans.js';
+import { KeyStore } from '../../../shared/auth/index.js';
+import { runLoad } from '../../load/realtime-load.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repoRoot = path.resolve(here, '../../..');
+const mode = process.argv[2] ?? 'streams';
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+
+/** `--vad off`: no model at all (utterances only at the max length): isolates transport + session cost. */
+const VAD_OFF = process.argv.includes('off');
+
+const PLANS_JSON = JSON.stringify({
+  bench: {
+    maxConcurrentConnections: 100_000,
+    maxConnectionsPerMinute: 1_000_000,
+    maxConcurrentUtterances: 4,
+    maxSessionSeconds: 14_400,
+    idleTimeoutSeconds: 3600,
+    maxAudioSecondsPerSession: 14_400,
+    maxAudioSecondsPerWindow: 1_000_000_000,
+  },
+});
+
+const children = new Set<ChildProcess>();
+// Never leave a server behind, however this script ends.
+process.on('exit', () => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+});
+for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
+
+function start(file: string, env: Record<string, string>): Promise<{ child: ChildProcess; port: number }> {
+  const child = fork(file, [], {
+    execArgv: ['--import', 'tsx'],
+    cwd: repoRoot,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', process.env.BENCH_SERVER_LOGS ? 'inherit' : 'ignore', 'inherit', 'ipc'],
+  });
+  children.add(child);
+  return new Promise((resolve, reject) => {
+    child.on('message', (m: { type?: string; port?: number }) => {
+      if (m.port) resolve({ child, port: m.port });
+    });
+    child.once('exit', (c) => reject(new Error(`${file} exited ${c}`)));
+  });
+}
+
+function rssMiB(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+/** CPU seconds (user + system) used by a process so far. */
+function cpuSeconds(pid: number): number {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (100 Hz)
+}
+
+async function stats(port: number, reset = false): Promise<any> {
+  return (await fetch(`http://127.0.0.1:${port}/stats${reset ? '?reset=1' : ''}`)).json();
+}
+
+async function setup(): Promise<{ db: TestDatabase; key: string }> {
+  const db = await createTestDatabase('stt_rt_bench');
+  const knex = createDb(db.url, { poolMax: 2 });
+  const rec = await new KeyStore(knex, new PlanCatalog(JSON.parse(PLANS_JSON))).issue({ ownerId: 'bench', plan: 'bench' });
+  await knex.destroy();
+  return { db, key: rec.key! };
+}
+
+function serverEnv(db: TestDatabase, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    DATABASE_URL: db.url,
+    MIGRATE_ON_START: 'false',
+    PLANS_JSON,
+    REALTIME_PORT: '0',
+    REALTIME_HOST: '127.0.0.1',
+    AUTH_CACHE_TTL_MS: '60000',
+    ...(VAD_OFF ? { REALTIME_VAD: 'false', REALTIME_VAD_POOL_WARM: '0' } : {}),
+    DB_POOL_MAX: '8',
+    ...extra,
+  };
+}
+
+async function idle(): Promise<void> {
+  const n = arg('sessions', 10_000);
+  const { db, key } = await setup();
+  const worker = await start(path.join(here, 'fakeWorker.ts'), {});
+  const rtp = await start(path.join(repoRoot, 'realtime/main.ts'), serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}`, REALTIME_VAD_POOL_WARM: '0' }));
+  try {
+    await new Promise((r) => setTimeout(r, 1000));
+    const before = rssMiB(rtp.child.pid!);
+    const url = `ws://127.0.0.1:${rtp.port}/v1/audio/transcriptions/stream`;
+    const sockets: WebSocket[] = [];
+    let created = 0;
+    const t0 = Date.now();
+    for (let i = 0; i < n; i += 200) {
+      await Promise.all(
+        Array.from({ length: Math.min(200, n - i) }, () =>
+          new Promise<void>((resolve, reject) => {
+            const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
+            ws.once('message', () => {
+              created++;
+              resolve();
+            });
+            ws.once('error', reject);
+            sockets.push(ws);
+          }),
+        ),
+      );
+    }
+    const openMs = Date.now() - t0;
+    await new Promise((r) => setTimeout(r, 3000));
+    const s = await stats(rtp.port);
+    const after = rssMiB(rtp.child.pid!);
+    const out = {
+      sessions: created,
+      serverSessions: s.sessions,
+      openSeconds: openMs / 1000,
+      rssBeforeMiB: Math.round(before),
+      rssAfterMiB: Math.round(after),
+      perSessionKiB: Math.round(((after - before) * 1024) / created),
+      heapUsedMiB: Math.round(s.memory.heapUsed / 1048576),
+    };
+    console.log(JSON.stringify({ bench: 'realtime idle sessions', ...out }, null, 2));
+    for (const ws of sockets) ws.terminate();
+  } finally {
+    rtp.child.kill('SIGKILL');
+    worker.child.kill('SIGKILL');
+    await db.drop();
+  }
+}
+
+async function streamsAgainst(
+  label: string,
+  file: string,
+  db: TestDatabase,
+  key: string,
+  workerPort: number,
+  n: number,
+  seconds: number,
+  delay: number,
+) {
+  const srv = await start(file, serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`, REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)), STT_ATTEMPT_TIMEOUT_MS: '5000', STT_BUDGET_MS: '10000' }));
+  try {
+    const warmup = 8;
+    const url = `ws://127.0.0.1:${srv.port}/v1/audio/transcriptions/stream`;
+    const load = runLoad({ url, headers: { authorization: `Bearer ${key}` }, clients: n, seconds: seconds + warmup, rampMs: 3000 });
+    // Steady window: after the ramp and a warm-up, for `seconds`.
+    await new Promise((r) => setTimeout(r, 3000 + warmup * 1000));
+    await stats(srv.port, true);
+    const cpu0 = cpuSeconds(srv.child.pid!);
+    const t0 = Date.now();
+    await new Promise((r) => setTimeout(r, seconds * 1000 - 500));
+    const cpu1 = cpuSeconds(srv.child.pid!);
+    const wall = (Date.now() - t0) / 1000;
+    const s = await stats(srv.port);
+    const rss = rssMiB(srv.child.pid!);
+    const r = await load;
+    const coresUsed = (cpu1 - cpu0) / wall;
+    return {
+      server: label,
+      streams: n,
+      connected: r.connected,
+      cpuCores: Math.round(coresUsed * 1000) / 1000,
+      cpuPercentPerStream: Math.round((coresUsed / n) * 100 * 1000) / 1000,
+      eventLoopLagMs: s.eventLoopLagMs,
+      vadPool: s.vad,
+      rssMiB: Math.round(rss),
+      utterances: r.utterances,
+      failedUtterances: r.failedUtterances,
+      completionMs: r.completionMs,
+      /** Client-observed completion minus the worker's fixed delay: includes the HTTP client to the worker. */
+      overheadIncludingWorkerCallMs: { p50: Math.round((r.completionMs.p50 - delay) * 10) / 10, p99: Math.round((r.completionMs.p99 - delay) * 10) / 10 },
+      /** Server-side: speech_stopped -> completed minus the engine call (what the realtime tier itself adds). */
+      gatewayOverheadMs: s.gatewayOverheadMs ?? null,
+      connectMs: r.connectMs,
+      closes: r.closes,
+    };
+  } finally {
+    srv.child.kill('SIGKILL');
+  }
+}
+
+async function streams(): Promise<void> {
+  const n = arg('streams', 200);
+  const seconds = arg('seconds', 30);
+  const delay = arg('delay', 100);
+  const { db, key } = await setup();
+  const worker = await start(path.join(here, 'fakeWorker.ts'), { FAKE_DELAY_MS: String(delay) });
+  try {
+    const uws = await streamsAgainst('uWebSockets.js (realtime/main.ts)', path.join(repoRoot, 'realtime/main.ts'), db, key, worker.port, n, seconds, delay);
+    console.log(JSON.stringify(uws, null, 2));
+    const plain = await streamsAgainst('plain ws (test/bench/realtime/plainWsServer.ts)', path.join(here, 'plainWsServer.ts'), db, key, worker.port, n, seconds, delay);
+    console.log(JSON.stringify(plain, null, 2));
+    console.log(
+      JSON.stringify(
+        {
+          cpuRatio_uws_over_ws: Math.round((uws.cpuCores / plain.cpuCores) * 100) / 100,
+          loopDelayP99Ratio_uws_over_ws: Math.round((uws.eventLoopLagMs.p99 / Math.max(0.01, plain.eventLoopLagMs.p99)) * 100) / 100,
+        },
+        null,
+        2,
+      ),
+    );
+  } finally {
+    worker.child.kill('SIGKILL');
+    await db.drop();
+  }
+}
+
+await (mode === 'idle' ? idle() : streams());
+process.exit(0);

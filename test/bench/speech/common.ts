@@ -1,0 +1,34 @@
+/** Small helpers shared by the speech benchmarks. */
+import fs from 'node:fs';
+import { canonicalWavSamples } from '../../../shared/audio/index.js';
+
+export function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+export function pcmOfWav(file: string): Buffer {
+  const pcm = canonicalWavSamples(fs.readFileSync(file));
+  if (!pcm) throw new Error(`${file} is not 16 kHz mono PCM16`);
+  return pcm;
+}
+
+export const fmt = (x: number, digits = 1) => x.toFixed(digits);
+
+/** POSTs one clip to a transcription endpoint; returns status, client time and engine time. */
+export async function postClip(
+  baseUrl: string,
+  key: string,
+  wav: Buffer,
+  fields: Record<string, string> = {},
+): Promise<{ status: number; ms: number; engineMs: number; body: string }> {
+  const form = new FormData();
+  form.append('file', new Blob([wav as Uint8Array<ArrayBuffer>], { type: 'audio/wav' }), 'clip.wav');
+  for (const [k, v] of Object.entries(fields)) form.append(k, v);
+  const started = performance.now();
+  const res = await fetch(`${baseUrl}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  const body = await res.text();
+  return { status: res.status, ms: performance.now() - started, engineMs: Number(res.headers.get('x-engine-ms') ?? NaN), body };
+}

@@ -1,0 +1,178 @@
+/**
+ * Realtime load generator: N clients each stream real speech (the clips of
+ * ../shared/test-audio, joined with pauses) in 100 ms binary frames at
+ * real-time pace for a bounded time, then close 1000. Prints connect time and
+ * completion latency percentiles. Loopback targets only; stops by itself.
+ *
+ *   npx tsx test/load/realtime-load.ts --url ws://127.0.0.1:8081/v1/audio/transcriptions/stream \
+ *     --key sk-... --clients 50 --seconds 30 [--ramp-ms 2000] [--pace 1]
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const AUDIO_DIR = path.resolve(here, '../../../shared/test-audio');
+
+export function speechLoop(pauseMs = 600): Buffer {
+  const parts: Buffer[] = [];
+  for (const f of fs.readdirSync(AUDIO_DIR).filter((n) => n.endsWith('.wav')).sort()) {
+    const buf = fs.readFileSync(path.join(AUDIO_DIR, f));
+    const at = buf.indexOf('data');
+    parts.push(buf.subarray(at + 8, at + 8 + buf.readUInt32LE(at + 4)));
+    parts.push(Buffer.alloc(Math.round(pauseMs * 32)));
+  }
+  return Buffer.concat(parts);
+}
+
+export interface LoadOptions {
+  url: string;
+  headers: Record<string, string>;
+  clients: number;
+  seconds: number;
+  rampMs?: number;
+  pace?: number;
+  frameMs?: number;
+}
+
+export interface LoadResult {
+  clients: number;
+  connected: number;
+  failedConnects: number;
+  connectMs: { p50: number; p99: number };
+  /** Client-observed: speech_stopped received -> completed received. */
+  completionMs: { p50: number; p99: number; n: number };
+  /** Server-reported latency_ms of completed events. */
+  serverLatencyMs: { p50: number; p99: number };
+  utterances: number;
+  failedUtterances: number;
+  closes: Record<string, number>;
+  framesSent: number;
+}
+
+const pct = (xs: number[], p: number) => {
+  if (xs.length === 0) return 0;
+  const s = [...xs].sort((a, b) => a - b);
+  return Math.round(s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] * 10) / 10;
+};
+
+export async function runLoad(o: LoadOptions): Promise<LoadResult> {
+  const audio = speechLoop();
+  const frameBytes = Math.round((o.frameMs ?? 100) * 32);
+  const pace = o.pace ?? 1;
+  const connectMs: number[] = [];
+  const completionMs: number[] = [];
+  const serverLatency: number[] = [];
+  const closes: Record<string, number> = {};
+  let failedConnects = 0;
+  let utterances = 0;
+  let failedUtterances = 0;
+  let framesSent = 0;
+  const deadline = Date.now() + (o.rampMs ?? 0) + o.seconds * 1000;
+
+  const one = (i: number) =>
+    new Promise<void>((resolve) => {
+      const t0 = performance.now();
+      const ws = new WebSocket(o.url, { headers: o.headers, perMessageDeflate: false });
+      const stoppedAt = new Map<number, number>();
+      let timer: NodeJS.Timeout | undefined;
+      ws.on('unexpected-response', (req, res) => {
+        failedConnects++;
+        closes[`http_${res.statusCode}`] = (closes[`http_${res.statusCode}`] ?? 0) + 1;
+        req.destroy();
+        resolve();
+      });
+      ws.on('error', () => {
+        if (ws.readyState !== WebSocket.OPEN) {
+          failedConnects++;
+          resolve();
+        }
+      });
+      ws.on('open', () => {
+        connectMs.push(performance.now() - t0);
+        // Each client starts at a different place in the speech so utterances do not align.
+        let off = ((i * 7919 * frameBytes) % audio.length) - (((i * 7919 * frameBytes) % audio.length) % frameBytes);
+        const started = Date.now();
+        let sent = 0;
+        const tick = () => {
+          if (ws.readyState !== WebSocket.OPEN) return;
+          if (Date.now() >= deadline) {
+            ws.close(1000);
+            return;
+          }
+          const due = Math.floor(((Date.now() - started) * pace) / (o.frameMs ?? 100)) + 1;
+          while (sent < due) {
+            if (off + frameBytes > audio.length) off = 0;
+            ws.send(audio.subarray(off, off + frameBytes));
+            off += frameBytes;
+            sent++;
+            framesSent++;
+          }
+          timer = setTimeout(tick, (o.frameMs ?? 100) / pace);
+        };
+        tick();
+      });
+      ws.on('message', (data, isBinary) => {
+        if (isBinary) return;
+        const ev = JSON.parse(data.toString());
+        if (ev.type === 'input_audio_buffer.speech_stopped') stoppedAt.set(ev.utterance_index, performance.now());
+        else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
+          utterances++;
+          if (ev.error) failedUtterances++;
+          const s = stoppedAt.get(ev.utterance_index);
+          if (s !== undefined) completionMs.push(performance.now() - s);
+          serverLatency.push(ev.latency_ms);
+        }
+      });
+      ws.on('close', (code, reason) => {
+        clearTimeout(timer);
+        const k = `${code}${reason.length ? ' ' + reason.toString() : ''}`;
+        closes[k] = (closes[k] ?? 0) + 1;
+        resolve();
+      });
+    });
+
+  const all: Promise<void>[] = [];
+  for (let i = 0; i < o.clients; i++) {
+    all.push(one(i));
+    if (o.rampMs) await new Promise((r) => setTimeout(r, o.rampMs! / o.clients));
+  }
+  // Bounded: whatever happens, stop shortly after the deadline.
+  await Promise.race([Promise.all(all), new Promise((r) => setTimeout(r, deadline - Date.now() + 15_000))]);
+  return {
+    clients: o.clients,
+    connected: connectMs.length,
+    failedConnects,
+    connectMs: { p50: pct(connectMs, 50), p99: pct(connectMs, 99) },
+    completionMs: { p50: pct(completionMs, 50), p99: pct(completionMs, 99), n: completionMs.length },
+    serverLatencyMs: { p50: pct(serverLatency, 50), p99: pct(serverLatency, 99) },
+    utterances,
+    failedUtterances,
+    closes,
+    framesSent,
+  };
+}
+
+function arg(name: string, fallback?: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i >= 0 && process.argv[i + 1]) return process.argv[i + 1];
+  if (fallback === undefined) throw new Error(`--${name} is required`);
+  return fallback;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const url = arg('url', 'ws://127.0.0.1:8081/v1/audio/transcriptions/stream');
+  const host = new URL(url).hostname;
+  if (!['127.0.0.1', 'localhost', '::1', '[::1]'].includes(host)) throw new Error('load tests target loopback only');
+  const r = await runLoad({
+    url,
+    headers: { authorization: `Bearer ${arg('key')}` },
+    clients: Number(arg('clients', '20')),
+    seconds: Math.min(600, Number(arg('seconds', '30'))),
+    rampMs: Number(arg('ramp-ms', '2000')),
+    pace: Number(arg('pace', '1')),
+  });
+  process.stdout.write(JSON.stringify(r, null, 2) + '\n');
+  process.exit(0);
+}

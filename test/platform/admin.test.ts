@@ -1,0 +1,137 @@
+import { expect } from 'chai';
+import request from 'supertest';
+import { ADMIN_TOKEN, createTestApp, type TestApp } from '../helpers/app.js';
+import { hashApiKey } from '../../shared/auth/keys.js';
+
+const KEYS = '/v1/external-transcription/keys';
+const admin = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+
+describe('admin API', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await createTestApp();
+  });
+  after(async () => {
+    await t.close();
+  });
+
+  it('serves the public plan catalog with the free limits of section 8', async () => {
+    const res = await request(t.server).get('/v1/external-transcription/plans').expect(200);
+    expect(res.body.ok).to.equal(true);
+    const free = res.body.data.find((p: { plan: string }) => p.plan === 'free');
+    expect(free.limits).to.deep.equal({
+      maxConcurrentConnections: 1,
+      maxConcurrentUtterances: 2,
+      maxConnectionsPerMinute: 6,
+      maxRequestsPerMinute: 12,
+      maxAudioSecondsPerRequest: 900,
+      maxSessionSeconds: 900,
+      maxAudioSecondsPerSession: 900,
+      maxAudioSecondsPerWindow: 3600,
+      idleTimeoutSeconds: 60,
+    });
+    expect(res.body.data.map((p: { plan: string }) => p.plan)).to.include('pro');
+  });
+
+  it('issues a key once in plaintext and stores only its SHA-256 hash', async () => {
+    const res = await request(t.server)
+      .post(KEYS)
+      .set(admin)
+      .send({ owner_id: 'acme', plan: 'pro', label: 'ci' })
+      .expect(201);
+    const d = res.body.data;
+    expect(res.body.ok).to.equal(true);
+    expect(d.key).to.match(/^sk-[A-Za-z0-9]{32,}$/);
+    expect(d.keyPrefix).to.equal(d.key.slice(0, 12)).and.match(/^sk-.{9}$/);
+    expect(d.lastFour).to.equal(d.key.slice(-4));
+    expect(d).to.include({ ownerId: 'acme', plan: 'pro', status: 'active', label: 'ci', expiresAt: null, revokedAt: null, lastUsedAt: null });
+    expect(d.limits.maxRequestsPerMinute).to.be.a('number');
+    expect(new Date(d.createdAt).toISOString()).to.equal(d.createdAt);
+
+    const rows = await t.deps.db('api_keys').where('id', d.id);
+    expect(rows).to.have.length(1);
+    expect(rows[0].key_hash).to.equal(hashApiKey(d.key));
+    expect(JSON.stringify(rows[0])).not.to.include(d.key);
+
+    const got = await request(t.server).get(`${KEYS}/${d.id}`).set(admin).expect(200);
+    expect(got.body.data).not.to.have.property('key');
+    expect(got.body.data.id).to.equal(d.id);
+  });
+
+  it('defaults owner to "default" and plan to free; accepts an empty body', async () => {
+    const res = await request(t.server).post(KEYS).set(admin).expect(201);
+    expect(res.body.data).to.include({ ownerId: 'default', plan: 'free' });
+  });
+
+  it('lists keys without plaintext, filtered by owner_id', async () => {
+    await request(t.server).post(KEYS).set(admin).send({ owner_id: 'list-a' }).expect(201);
+    await request(t.server).post(KEYS).set(admin).send({ owner_id: 'list-b' }).expect(201);
+    const res = await request(t.server).get(`${KEYS}?owner_id=list-a`).set(admin).expect(200);
+    expect(res.body.data).to.have.length(1);
+    expect(res.body.data[0].ownerId).to.equal('list-a');
+    expect(res.body.data[0]).not.to.have.property('key');
+    const all = await request(t.server).get(KEYS).set(admin).expect(200);
+    expect(all.body.data.length).to.be.greaterThan(1);
+  });
+
+  it('revokes with DELETE, answering the record with status "revoked", idempotently', async () => {
+    const issued = (await request(t.server).post(KEYS).set(admin).send({}).expect(201)).body.data;
+    const del = await request(t.server).delete(`${KEYS}/${issued.id}`).set(admin).expect(200);
+    expect(del.body.ok).to.equal(true);
+    expect(del.body.data.status).to.equal('revoked');
+    expect(del.body.data.revokedAt).to.be.a('string');
+    const again = await request(t.server).delete(`${KEYS}/${issued.id}`).set(admin).expect(200);
+    expect(again.body.data.revokedAt).to.equal(del.body.data.revokedAt);
+  });
+
+  it('records expires_at and reports expired keys', async () => {
+    const at = new Date(Date.now() + 3600_000).toISOString();
+    const res = await request(t.server).post(KEYS).set(admin).send({ expires_at: at }).expect(201);
+    expect(res.body.data.expiresAt).to.equal(at);
+  });
+
+  describe('errors in the admin envelope', () => {
+    const envelope = (body: any, code: string) => {
+      expect(body.ok).to.equal(false);
+      expect(body.error.code).to.equal(code);
+      expect(body.error.message).to.be.a('string').and.not.match(/at .*\.ts:\d+/);
+      expect(body.error.retryable).to.be.a('boolean');
+    };
+
+    it('401 admin_unauthorized for a missing, wrong or non-Bearer token', async () => {
+      envelope((await request(t.server).get(KEYS).expect(401)).body, 'admin_unauthorized');
+      envelope((await request(t.server).get(KEYS).set('Authorization', 'Bearer nope').expect(401)).body, 'admin_unauthorized');
+      envelope(
+        (await request(t.server).get(KEYS).set('Authorization', `Basic ${ADMIN_TOKEN}`).expect(401)).body,
+        'admin_unauthorized',
+      );
+      envelope((await request(t.server).post(KEYS).send({}).expect(401)).body, 'admin_unauthorized');
+    });
+
+    it('400 invalid_plan for an unknown plan', async () => {
+      envelope((await request(t.server).post(KEYS).set(admin).send({ plan: 'gold' }).expect(400)).body, 'invalid_plan');
+    });
+
+    it('404 key_not_found for unknown or odd ids', async () => {
+      envelope((await request(t.server).get(`${KEYS}/key_nope`).set(admin).expect(404)).body, 'key_not_found');
+      envelope((await request(t.server).delete(`${KEYS}/%27%3Bdrop`).set(admin).expect(404)).body, 'key_not_found');
+    });
+
+    it('404 not_found for unknown admin routes', async () => {
+      envelope((await request(t.server).get('/v1/external-transcription/nope').set(admin).expect(404)).body, 'not_found');
+    });
+
+    it('400 for non-JSON, wrong types, unknown fields, bad dates; 413 for oversized bodies', async () => {
+      const bad = async (req: request.Test, status: number, code: string) => envelope((await req.expect(status)).body, code);
+      await bad(request(t.server).post(KEYS).set(admin).set('Content-Type', 'application/json').send('{nope'), 400, 'invalid_json');
+      await bad(request(t.server).post(KEYS).set(admin).set('Content-Type', 'text/plain').send('hello'), 400, 'invalid_json');
+      await bad(request(t.server).post(KEYS).set(admin).send([1, 2]), 400, 'invalid_json');
+      await bad(request(t.server).post(KEYS).set(admin).send({ plan: 7 }), 400, 'invalid_request');
+      await bad(request(t.server).post(KEYS).set(admin).send({ colour: 'red' }), 400, 'invalid_request');
+      await bad(request(t.server).post(KEYS).set(admin).send({ expires_at: 'tomorrow' }), 400, 'invalid_request');
+      await bad(request(t.server).post(KEYS).set(admin).send({ expires_at: '2001-01-01T00:00:00Z' }), 400, 'invalid_request');
+      await bad(request(t.server).get(`${KEYS}?owner_id=a&owner_id=b`).set(admin), 400, 'invalid_request');
+      await bad(request(t.server).post(KEYS).set(admin).send({ label: 'x'.repeat(2 * 1024 * 1024) }), 413, 'payload_too_large');
+    });
+  });
+});

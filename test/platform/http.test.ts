@@ -1,0 +1,132 @@
+import { expect } from 'chai';
+import http from 'node:http';
+import request from 'supertest';
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { createTestApp, issueKey, type TestApp, ADMIN_TOKEN, SESSION_SECRET } from '../helpers/app.js';
+import { startApi } from '../../api/server.js';
+import { createLogger } from '../../shared/logger.js';
+import type { AddressInfo } from 'node:net';
+
+/** /readyz is 503 while the speech engine loads its models; wait for it. */
+async function waitReady(server: Parameters<typeof request>[0], timeoutMs = 20_000): Promise<request.Response> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await request(server).get('/readyz');
+    if (res.status === 200 || Date.now() > until) return res;
+    expect(res.status).to.equal(503);
+    expect(res.body.reason).to.be.a('string');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+describe('public endpoints, docs and request handling', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await createTestApp();
+  });
+  after(() => t.close());
+
+  it('GET /health answers {ok, service}', async () => {
+    const res = await request(t.server).get('/health').expect(200);
+    expect(res.body).to.deep.equal({ ok: true, service: t.config.serviceName });
+  });
+
+  it('GET /readyz answers 200 with the checks it ran once the speech engine is loaded', async () => {
+    const res = await waitReady(t.server);
+    expect(res.body.ok).to.equal(true);
+    expect(res.body.checks.database).to.equal(true);
+    expect(res.body.checks.speech).to.equal(true);
+  });
+
+  it('GET /openapi.json is a valid OpenAPI 3.1 document, version 0.1.0, built from the request schemas', async () => {
+    const res = await request(t.server).get('/openapi.json').expect(200).expect('Content-Type', /json/);
+    expect(res.body.openapi).to.match(/^3\.1\./);
+    expect(res.body.info.version).to.equal('0.1.0');
+    const result = await new Validator().validate(res.body);
+    expect(result.valid, JSON.stringify(result.errors, null, 1)).to.equal(true);
+    const issue = res.body.paths['/v1/external-transcription/keys'].post;
+    expect(issue.requestBody.content['application/json'].schema.properties).to.have.keys('owner_id', 'plan', 'label', 'expires_at');
+    for (const p of ['/health', '/readyz', '/v1/external-transcription/plans', '/v1/audio/transcriptions/session-token']) {
+      expect(res.body.paths).to.have.property(p);
+    }
+  });
+
+  it('GET /docs serves the interactive documentation page', async () => {
+    const res = await request(t.server).get('/docs').expect(200).expect('Content-Type', /html/);
+    expect(res.text).to.include('swagger').and.include('/openapi.json');
+  });
+
+  it('answers unknown routes and methods with JSON errors', async () => {
+    const res = await request(t.server).get('/no/such/thing').expect(404).expect('Content-Type', /json/);
+    expect(res.body.error).to.include({ code: 'not_found' });
+    const m = await request(t.server).put('/health').expect('Content-Type', /json/);
+    expect(m.status).to.be.oneOf([404, 405]);
+    expect(m.body.error.code).to.be.oneOf(['not_found', 'method_not_allowed']);
+  });
+
+  it('echoes a caller X-Request-Id and makes one up otherwise; the log line carries it', async () => {
+    const res = await request(t.server).get('/health').set('X-Request-Id', 'req-abc-123').expect(200);
+    expect(res.headers['x-request-id']).to.equal('req-abc-123');
+    const gen = await request(t.server).get('/health').expect(200);
+    expect(gen.headers['x-request-id']).to.match(/^[0-9a-f-]{36}$/);
+    const line = t.logs.lines.map((l) => JSON.parse(l)).find((l) => l.reqId === 'req-abc-123');
+    expect(line).to.include({ method: 'GET', path: '/health', status: 200 });
+    const junk = await request(t.server).get('/health').set('X-Request-Id', 'bad id\twith spaces').expect(200);
+    expect(junk.headers['x-request-id']).not.to.include(' ');
+  });
+
+  it('never writes a key, token or secret to the log', async () => {
+    const { key } = await issueKey(t);
+    const issued = await request(t.server)
+      .post('/v1/external-transcription/keys')
+      .set('Authorization', `Bearer ${ADMIN_TOKEN}`)
+      .send({ owner_id: 'log-check' })
+      .expect(201);
+    const token = (await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(200)).body.token;
+    await request(t.server).get(`/health?access_token=${token}&key=${key}`).expect(200);
+    await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}x`).expect(401);
+    await request(t.server).get('/v1/external-transcription/keys').set('Authorization', 'Bearer wrong-admin-token-value').expect(401);
+    t.deps.logger.info({ key, token, authorization: `Bearer ${key}` }, `something mentioned ${key} and ${token}`);
+    t.deps.logger.error({ err: new Error(`failed for ${key}`) }, 'error with a key');
+    const text = t.logs.text;
+    expect(text.length).to.be.greaterThan(0);
+    for (const secret of [key, token, issued.body.data.key, ADMIN_TOKEN, SESSION_SECRET, key.slice(3)]) {
+      expect(text).not.to.include(secret);
+    }
+  });
+});
+
+describe('graceful shutdown', () => {
+  it('stops accepting, lets a request in flight finish, then closes pools', async () => {
+    const t = await createTestApp();
+    const config = { ...t.config, http: { ...t.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 5000 } };
+    const api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
+    await waitReady(api.server);
+    // A handler that takes a while, registered like any route module would be.
+    let delayed = false;
+    t.deps.readiness.push({ name: 'slow', check: () => new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300)) });
+    const slow = http.get(`http://127.0.0.1:${api.port}/readyz`);
+    const response = new Promise<number>((resolve, reject) => {
+      slow.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode!));
+      });
+      slow.on('error', reject);
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    const stopped = api.stop();
+    expect(await response).to.equal(200);
+    expect(delayed).to.equal(true);
+    await stopped;
+    const port = (api.server.address() as AddressInfo | null)?.port;
+    expect(port).to.equal(undefined);
+    await new Promise<void>((resolve) => {
+      http.get(`http://127.0.0.1:${api.port}/health`).on('error', () => resolve());
+    });
+    // The pool is closed: queries now fail.
+    let failed = false;
+    await t.deps.db.raw('select 1').catch(() => (failed = true));
+    expect(failed).to.equal(true);
+    await t.db.drop();
+  });
+});

@@ -1,0 +1,148 @@
+import { expect } from 'chai';
+import { randomUUID } from 'node:crypto';
+import request from 'supertest';
+import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
+import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
+
+const drivers: [string, () => LimitsDriver][] = [
+  ['memory', () => new MemoryLimits()],
+  ['redis', () => RedisLimits.connect(TEST_REDIS_URL, `stt-test-${randomUUID()}:`)],
+];
+
+for (const [name, make] of drivers) {
+  describe(`limits driver: ${name}`, () => {
+    let l: LimitsDriver;
+    before(() => {
+      l = make();
+    });
+    after(() => l.close());
+
+    it('allows perMinute requests then refuses with a retry delay', async () => {
+      const owner = randomUUID();
+      for (let i = 0; i < 3; i++) expect((await l.consume('requests', owner, 3)).allowed).to.equal(true);
+      const d = await l.consume('requests', owner, 3);
+      expect(d.allowed).to.equal(false);
+      expect(d.retryAfterMs).to.be.within(1, 60_000);
+      // Buckets are per owner and per kind.
+      expect((await l.consume('requests', randomUUID(), 3)).allowed).to.equal(true);
+      expect((await l.consume('connections', owner, 3)).allowed).to.equal(true);
+    });
+
+    it('grants at most max leases, re-grants to a holder, and frees on release', async () => {
+      const owner = randomUUID();
+      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 })).to.equal(true);
+      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's2', max: 2, ttlMs: 5000 })).to.equal(true);
+      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 })).to.equal(false);
+      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 })).to.equal(true);
+      expect(await l.countLeases('connections', owner)).to.equal(2);
+      await l.releaseLease('connections', owner, 's1');
+      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 })).to.equal(true);
+    });
+
+    it('expires leases that are not renewed (a dead holder frees its slot) and keeps renewed ones', async () => {
+      const owner = randomUUID();
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'dead', max: 1, ttlMs: 150 })).to.equal(true);
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'new', max: 1, ttlMs: 150 })).to.equal(false);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(await l.renewLease('c', owner, 'dead', 150)).to.equal(false);
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 150 })).to.equal(true);
+      for (let i = 0; i < 4; i++) {
+        await new Promise((r) => setTimeout(r, 80));
+        expect(await l.renewLease('c', owner, 'live', 150)).to.equal(true);
+      }
+      expect(await l.countLeases('c', owner)).to.equal(1);
+    });
+  });
+}
+
+describe('Redis rate limits with local reservations', () => {
+  const prefix = `stt-test-${randomUUID()}:`;
+  const a = RedisLimits.connect(TEST_REDIS_URL, prefix);
+  const b = RedisLimits.connect(TEST_REDIS_URL, prefix);
+  after(async () => {
+    await a.close();
+    await b.close();
+  });
+
+  const evalCalls = async () => {
+    const info = await a.redis.info('commandstats');
+    return [...info.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+  };
+
+  it('never admits more than the limit across instances, wastes at most a reservation each, and saves round trips', async () => {
+    const owner = randomUUID();
+    const limit = 1000; // reserves 10 points at a time
+    const before = await evalCalls();
+    const decisions = await Promise.all(
+      Array.from({ length: 1300 }, (_, i) => (i % 2 ? a : b).consume('requests', owner, limit)),
+    );
+    const allowed = decisions.filter((d) => d.allowed).length;
+    expect(allowed).to.be.at.most(limit);
+    expect(allowed).to.be.at.least(limit - 2 * 10);
+    const refused = decisions.find((d) => !d.allowed)!;
+    expect(refused.retryAfterMs).to.be.within(1, 60_000);
+    const calls = (await evalCalls()) - before;
+    expect(calls).to.be.below(400); // about one Redis call per 10 requests, not 1300
+  });
+
+  it('keeps small limits exact: one point per Redis call', async () => {
+    const owner = randomUUID();
+    const results = [];
+    for (let i = 0; i < 14; i++) results.push((await (i % 2 ? a : b).consume('requests', owner, 12)).allowed);
+    expect(results.filter(Boolean)).to.have.length(12);
+    expect(results.slice(12)).to.deep.equal([false, false]);
+  });
+});
+
+describe('maxRequestsPerMinute on HTTP transcription routes', () => {
+  let db: TestDatabase;
+  let a: TestApp;
+  let b: TestApp;
+  before(async () => {
+    db = await createTestDatabase();
+    const env = { REDIS_URL: TEST_REDIS_URL };
+    a = await createTestApp(env, { db });
+    b = await createTestApp(env, { db });
+  });
+  after(async () => {
+    await a.close();
+    await b.close();
+    await db.drop();
+  });
+
+  it('is shared by two API instances on one Redis and refused with 429 + Retry-After in the plane shape', async () => {
+    expect(a.deps.limits.kind).to.equal('redis');
+    const { key } = await issueKey(a, { plan: 'free' }); // 12 per minute
+    const statuses: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const app = i % 2 ? a : b;
+      statuses.push((await request(app.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`)).status);
+    }
+    expect(statuses.every((s) => s === 200)).to.equal(true);
+    for (const app of [a, b]) {
+      const res = await request(app.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', `Bearer ${key}`)
+        .expect(429);
+      expect(Number(res.headers['retry-after'])).to.be.within(1, 60);
+      expect(res.body.error).to.include({ code: 'rate_limit_exceeded', type: 'rate_limit_error' });
+      expect(res.body.error.message).to.be.a('string');
+    }
+    // Another key of the same owner has its own bucket.
+    const other = await issueKey(a, { plan: 'free' });
+    await request(a.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${other.key}`).expect(200);
+  });
+
+  it('uses the in-memory driver when REDIS_URL is not set', async () => {
+    const c = await createTestApp({}, { db });
+    try {
+      expect(c.deps.limits.kind).to.equal('memory');
+      const { key } = await issueKey(c, { plan: 'free' });
+      for (let i = 0; i < 12; i++) await request(c.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(200);
+      await request(c.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(429);
+    } finally {
+      await c.close();
+    }
+  });
+});

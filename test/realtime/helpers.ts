@@ -1,0 +1,293 @@
+/**
+ * A real realtime server for tests: its own database, real uWS, real auth and
+ * limits (memory or Redis), the built-in speech engine or a scripted one, and
+ * a real `ws` client that streams the clips of ../shared/test-audio.
+ */
+import path from 'node:path';
+import fs from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { Writable } from 'node:stream';
+import WebSocket from 'ws';
+import { loadConfig, type Config } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { createDb, type Knex } from '../../shared/db/index.js';
+import { PlanCatalog } from '../../shared/plans.js';
+import { Authenticator, KeyStore } from '../../shared/auth/index.js';
+import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
+import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../shared/stt/types.js';
+import { SileroPool } from '../../shared/vad/silero.js';
+import { InlineVad, type VadService } from '../../shared/vad/service.js';
+import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const AUDIO_DIR = path.resolve(repoRoot, '../shared/test-audio');
+export const SESSION_SECRET = 'rt-test-secret-' + randomBytes(6).toString('hex');
+
+/** 16 kHz mono PCM16LE samples of a WAV clip (data chunk located by its header). */
+export function readPcm(name: string): Buffer {
+  const buf = fs.readFileSync(path.join(AUDIO_DIR, name));
+  let off = 12;
+  while (off + 8 <= buf.length) {
+    const id = buf.toString('ascii', off, off + 4);
+    const size = buf.readUInt32LE(off + 4);
+    if (id === 'data') return buf.subarray(off + 8, off + 8 + size);
+    off += 8 + size + (size % 2);
+  }
+  throw new Error(`no data chunk in ${name}`);
+}
+
+export const silence = (ms: number): Buffer => Buffer.alloc(Math.round((ms / 1000) * 16000) * 2);
+
+export function refs(): Map<string, string> {
+  const m = new Map<string, string>();
+  const lines = fs.readFileSync(path.join(AUDIO_DIR, 'refs.tsv'), 'utf8').trim().split('\n').slice(1);
+  for (const l of lines) {
+    const [file, , text] = l.split('\t');
+    m.set(file, text);
+  }
+  return m;
+}
+
+class Sink extends Writable {
+  readonly lines: string[] = [];
+  override _write(chunk: Buffer, _e: string, cb: () => void): void {
+    this.lines.push(...chunk.toString().split('\n').filter(Boolean));
+    cb();
+  }
+}
+
+/** A speech engine whose answers tests control. */
+export class ScriptedEngine implements SpeechEngine {
+  calls: TranscribeRequest[] = [];
+  delayMs = 0;
+  failWith: Error | null = null;
+  healthy_ = true;
+  text = (req: TranscribeRequest) => `utterance of ${Math.round(req.pcm.length / 32)} ms`;
+  /** Simulates a programming error: throws synchronously instead of rejecting. */
+  throwSync = false;
+  transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+    if (this.throwSync) throw new TypeError('engine bug');
+    return this.answer(req);
+  }
+  private async answer(req: TranscribeRequest): Promise<TranscribeResult> {
+    this.calls.push(req);
+    if (this.delayMs) {
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(resolve, this.delayMs);
+        req.signal?.addEventListener('abort', () => {
+          clearTimeout(t);
+          reject(Object.assign(new Error('aborted'), { code: 'aborted' }));
+        });
+      });
+    }
+    if (this.failWith) throw this.failWith;
+    return {
+      text: this.text(req),
+      language: req.language ?? 'en',
+      duration: req.pcm.length / 32000,
+      segments: [],
+      words: [],
+      workerId: 'scripted',
+      fallbackUsed: false,
+      engineMs: 0,
+    };
+  }
+  languages(): string[] {
+    return ['*'];
+  }
+  async healthy(): Promise<boolean> {
+    return this.healthy_;
+  }
+  async close(): Promise<void> {}
+}
+
+export interface RealtimeTestContext {
+  rt: RunningRealtime;
+  url: string;
+  base: string;
+  config: Config;
+  db: Knex;
+  testDb: TestDatabase;
+  keys: KeyStore;
+  auth: Authenticator;
+  limits: LimitsDriver;
+  logs: Sink;
+  issueKey(plan?: string): Promise<{ key: string; id: string }>;
+  close(): Promise<void>;
+}
+
+let sharedPool: SileroPool | null = null;
+/** One silero pool for the whole test run (instances cost ~40 ms each to create). */
+export function testVadPool(config: Config): SileroPool {
+  sharedPool ??= new SileroPool({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
+  return sharedPool;
+}
+
+/** Segmentation in the test's own thread (events are synchronous): deterministic tests. */
+export function testVad(config: Config): VadService {
+  const v = config.realtime.vad;
+  return new InlineVad(testVadPool(config), { gateDbfs: v.gateDbfs, releaseAfterMs: v.releaseAfterMs, holdDb: v.holdDb, maxSkip: v.maxSkip });
+}
+
+export async function createRealtimeContext(
+  opts: {
+    env?: Record<string, string>;
+    engine: SpeechEngine;
+    redis?: boolean;
+    testDb?: TestDatabase;
+    redisPrefix?: string;
+    /** Defaults to inline segmentation on the shared pool. */
+    vad?: VadService;
+  },
+): Promise<RealtimeTestContext> {
+  const testDb = opts.testDb ?? (await createTestDatabase('stt_rt'));
+  const config = loadConfig({
+    GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+    DATABASE_URL: testDb.url,
+    LOG_LEVEL: 'info',
+    ...opts.env,
+  });
+  const logs = new Sink();
+  const logger = createLogger({ level: 'info' }, logs);
+  const db = createDb(testDb.url, { poolMax: 4 });
+  const plans = new PlanCatalog(config.plans.overrides);
+  const keys = new KeyStore(db, plans);
+  const auth = new Authenticator(keys, plans, {
+    keyCacheTtlMs: 1000,
+    lastUsedFlushMs: 60_000,
+    sessionTokenSecret: SESSION_SECRET,
+    sessionTokenTtlSeconds: 60,
+  });
+  const limits: LimitsDriver = opts.redis
+    ? RedisLimits.connect(TEST_REDIS_URL, opts.redisPrefix ?? `rt-test-${randomBytes(4).toString('hex')}:`)
+    : new MemoryLimits();
+  const rt = await startRealtime(
+    { config, logger, db, auth, limits, engine: opts.engine },
+    { port: 0, host: '127.0.0.1', vad: opts.vad ?? testVad(config) },
+  );
+  const base = `http://127.0.0.1:${rt.port}`;
+  return {
+    rt,
+    url: `ws://127.0.0.1:${rt.port}/v1/audio/transcriptions/stream`,
+    base,
+    config,
+    db,
+    testDb,
+    keys,
+    auth,
+    limits,
+    logs,
+    async issueKey(plan = 'free') {
+      const rec = await keys.issue({ ownerId: 'tenant-rt', plan });
+      return { key: rec.key!, id: rec.id };
+    },
+    async close() {
+      await rt.stop();
+      await auth.close();
+      await limits.close();
+      await db.destroy();
+      if (!opts.testDb) await testDb.drop();
+    },
+  };
+}
+
+export interface Client {
+  ws: WebSocket;
+  events: Record<string, any>[];
+  closed: Promise<{ code: number; reason: string }>;
+  next(type: string, timeoutMs?: number, from?: number): Promise<Record<string, any>>;
+  waitFor(pred: (evs: Record<string, any>[]) => boolean, timeoutMs?: number): Promise<void>;
+  of(type: string): Record<string, any>[];
+  send(obj: unknown): void;
+  stream(pcm: Buffer, o?: { frameBytes?: number; pace?: number }): Promise<void>;
+}
+
+export function connect(url: string, opts: { headers?: Record<string, string> } = {}): Promise<Client> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers: opts.headers });
+    const events: Record<string, any>[] = [];
+    const waiters = new Set<() => void>();
+    let closeInfo: { code: number; reason: string } | undefined;
+    const closed = new Promise<{ code: number; reason: string }>((r) =>
+      ws.on('close', (code, reason) => {
+        closeInfo = { code, reason: reason.toString() };
+        r(closeInfo);
+        for (const w of waiters) w();
+      }),
+    );
+    ws.on('message', (data, isBinary) => {
+      if (!isBinary) events.push(JSON.parse(data.toString()));
+      for (const w of waiters) w();
+    });
+    const client: Client = {
+      ws,
+      events,
+      closed,
+      of: (type) => events.filter((e) => e.type === type),
+      waitFor(pred, timeoutMs = 20_000) {
+        return new Promise((res, rej) => {
+          const check = () => {
+            if (pred(events)) {
+              cleanup();
+              res();
+            } else if (closeInfo) {
+              cleanup();
+              rej(new Error(`closed ${closeInfo.code} ${closeInfo.reason} before condition; events: ${events.map((e) => e.type).join(',')}`));
+            }
+          };
+          const t = setTimeout(() => {
+            cleanup();
+            rej(new Error(`timeout; events: ${JSON.stringify(events.map((e) => e.type))}`));
+          }, timeoutMs);
+          const cleanup = () => {
+            clearTimeout(t);
+            waiters.delete(check);
+          };
+          waiters.add(check);
+          check();
+        });
+      },
+      async next(type, timeoutMs = 20_000, from = 0) {
+        await client.waitFor((evs) => evs.slice(from).some((e) => e.type === type), timeoutMs);
+        return events.slice(from).find((e) => e.type === type)!;
+      },
+      send(obj) {
+        ws.send(typeof obj === 'string' ? obj : JSON.stringify(obj));
+      },
+      async stream(pcm, o = {}) {
+        const frame = o.frameBytes ?? 3200;
+        const pace = o.pace ?? 0; // 0 = as fast as possible, 1 = real time, 4 = four times real time
+        const t0 = Date.now();
+        for (let off = 0; off < pcm.length; off += frame) {
+          if (ws.readyState !== WebSocket.OPEN) return;
+          ws.send(pcm.subarray(off, Math.min(pcm.length, off + frame)));
+          if (pace > 0) {
+            const due = t0 + ((off + frame) / 32 / pace);
+            const wait = due - Date.now();
+            if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+          } else if ((off / frame) % 50 === 49) {
+            await new Promise((r) => setImmediate(r));
+          }
+        }
+      },
+    };
+    ws.once('open', () => resolve(client));
+    ws.once('unexpected-response', (req, res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c));
+      res.on('end', () => {
+        req.destroy();
+        reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, headers: res.headers, body }));
+      });
+    });
+    ws.once('error', reject);
+  });
+}
+
+export const bearer = (key: string) => ({ headers: { authorization: `Bearer ${key}` } });
+
+export function words(s: string): string[] {
+  return s.toLowerCase().replace(/[^a-z' ]/g, ' ').split(/\s+/).filter(Boolean);
+}

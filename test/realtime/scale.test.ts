@@ -1,0 +1,117 @@
+/**
+ * Scale-out: realtime instances on one Redis share the per-key connection
+ * quota, and an instance killed with SIGKILL frees its slots within one
+ * lease TTL.
+ */
+import path from 'node:path';
+import { fork, type ChildProcess } from 'node:child_process';
+import { expect } from 'chai';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
+import { CONNECTION_SCOPE } from '../../realtime/quota.js';
+import { createRealtimeContext, connect, bearer, repoRoot, ScriptedEngine, SESSION_SECRET, type RealtimeTestContext } from './helpers.js';
+
+async function refusedStatus(url: string, key: string): Promise<number | 'accepted'> {
+  try {
+    const c = await connect(url, bearer(key));
+    c.ws.close(1000);
+    return 'accepted';
+  } catch (err) {
+    return (err as { status?: number }).status ?? -1;
+  }
+}
+
+describe('realtime scale-out on one Redis', function () {
+  this.timeout(60_000);
+  let db: TestDatabase;
+  let a: RealtimeTestContext;
+  let b: RealtimeTestContext;
+  // The default prefix, as the child process uses it; keys are per (random) key id, so tests never collide.
+  const prefix = 'stt:';
+  const env = { REALTIME_LEASE_TTL_MS: '2000', REALTIME_LEASE_RENEW_MS: '500' };
+
+  before(async () => {
+    db = await createTestDatabase('stt_rt_scale');
+    const engine = new ScriptedEngine();
+    a = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
+    b = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
+  });
+  after(async () => {
+    await a?.close();
+    await b?.close();
+    await db?.drop();
+  });
+
+  it('free plan: a second concurrent connection on the other instance is refused, and allowed after the first closes', async () => {
+    const { key } = await a.issueKey('free');
+    const c = await connect(a.url, bearer(key));
+    await c.next('session.created');
+    expect(await refusedStatus(b.url, key)).to.equal(429);
+    c.ws.close(1000);
+    await c.closed;
+    await new Promise((r) => setTimeout(r, 100));
+    const c2 = await connect(b.url, bearer(key));
+    await c2.next('session.created');
+    expect(await refusedStatus(a.url, key)).to.equal(429);
+    c2.ws.close(1000);
+    await c2.closed;
+  });
+
+  it('leases are renewed while a session lives longer than the TTL', async () => {
+    const { key } = await a.issueKey('free');
+    const c = await connect(a.url, bearer(key));
+    await c.next('session.created');
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(await refusedStatus(b.url, key)).to.equal(429);
+    c.ws.close(1000);
+    await c.closed;
+  });
+
+  it('an instance killed with SIGKILL frees its slots within the lease TTL', async () => {
+    const { key, id } = await a.issueKey('free');
+    const child: ChildProcess = fork(path.join(repoRoot, 'realtime/main.ts'), [], {
+      execArgv: ['--import', 'tsx'],
+      cwd: repoRoot,
+      env: {
+        ...process.env,
+        DATABASE_URL: db.url,
+        REDIS_URL: TEST_REDIS_URL,
+        REALTIME_PORT: '0',
+        REALTIME_HOST: '127.0.0.1',
+        REALTIME_VAD_POOL_WARM: '0',
+        MIGRATE_ON_START: 'false',
+        GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+        STT_WORKER_URLS: 'http://127.0.0.1:9',
+        LOG_LEVEL: 'warn',
+        ...env,
+      },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        child.on('message', (m: { type?: string; port?: number }) => m.type === 'realtime.listening' && resolve(m.port!));
+        child.once('exit', (code) => reject(new Error(`child exited ${code}`)));
+        setTimeout(() => reject(new Error('child did not start')), 30_000);
+      });
+      const c = await connect(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`, bearer(key));
+      await c.next('session.created');
+      child.kill('SIGKILL');
+      await c.closed;
+      const killedAt = Date.now();
+      let freedAfter = -1;
+      // Poll the shared lease set (handshakes would spend the key's per-minute points).
+      expect(await a.limits.countLeases(CONNECTION_SCOPE, id)).to.equal(1);
+      while (Date.now() - killedAt < 10_000) {
+        if ((await a.limits.countLeases(CONNECTION_SCOPE, id)) === 0) {
+          freedAfter = Date.now() - killedAt;
+          break;
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(await refusedStatus(a.url, key)).to.equal('accepted');
+      expect(freedAfter, 'slot freed').to.be.greaterThan(-1);
+      expect(freedAfter).to.be.lessThan(2000 + 500);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
+});

@@ -1,0 +1,142 @@
+/**
+ * Segmenter policy with a scripted classifier: windows louder than a level are
+ * "speech", so tests build exact speech/silence patterns.
+ */
+import { expect } from 'chai';
+import { Segmenter, WINDOW_BYTES, type SegmenterEvent, type SegmenterSettings } from '../../shared/vad/segmenter.js';
+import type { WindowClassifier } from '../../shared/vad/silero.js';
+
+const BASE: SegmenterSettings = {
+  vad: true,
+  threshold: 0.5,
+  silenceMs: 320, // 10 windows
+  prefixMs: 96, // 3 windows
+  minSpeechMs: 96, // 3 windows
+  targetSpeechMs: 10_000,
+  maxSpeechMs: 30_000,
+  smartSplitWindowMs: 0,
+};
+
+/** One window of a constant level (int16 amplitude). */
+const win = (amp: number) => {
+  const b = Buffer.alloc(WINDOW_BYTES);
+  for (let i = 0; i < WINDOW_BYTES / 2; i++) b.writeInt16LE(i % 2 ? amp : -amp, i * 2);
+  return b;
+};
+/** Pattern: S = speech (loud), q = quiet but above the gate, . = digital silence. */
+const pcm = (pattern: string, loud = 8000) =>
+  Buffer.concat([...pattern].map((ch) => win(ch === 'S' ? loud : ch === 'q' ? 400 : ch === 'm' ? 2000 : 0)));
+
+class Loudness {
+  calls = 0;
+  released = 0;
+  acquire(): WindowClassifier {
+    return {
+      isSpeech: (w) => {
+        this.calls++;
+        let s = 0;
+        for (const v of w) s += v * v;
+        return Math.sqrt(s / w.length) > 0.03;
+      },
+      release: () => {
+        this.released++;
+      },
+    };
+  }
+}
+
+const stops = (evs: SegmenterEvent[]) => evs.filter((e) => e.type === 'stop') as Extract<SegmenterEvent, { type: 'stop' }>[];
+
+describe('realtime VAD segmenter policy', () => {
+  it('opens after min speech with the prefix, ends after the silence, trailing pad at most the prefix', () => {
+    const src = new Loudness();
+    const seg = new Segmenter(BASE, src, { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const evs = seg.push(pcm('.....qqqq' + 'SSSSSSSSSS' + 'qqqqqqqqqqqq'));
+    expect(evs.map((e) => e.type)).to.deep.equal(['start', 'stop']);
+    const [stop] = stops(evs);
+    expect(stop.reason).to.equal('end_of_speech');
+    // 3 prefix windows + 10 speech + 3 trailing pad.
+    expect(stop.pcm.length).to.equal(16 * WINDOW_BYTES);
+    expect(stop.speechMs).to.equal(320);
+    expect(evs[0].audioStartMs).to.equal(6 * 32);
+  });
+
+  it('ignores speech shorter than the minimum (clicks)', () => {
+    const seg = new Segmenter(BASE, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    expect(seg.push(pcm('SS' + 'q'.repeat(12) + 'S' + 'q'.repeat(12)))).to.deep.equal([]);
+  });
+
+  it('past the target length ends at the next short pause (target_duration)', () => {
+    const seg = new Segmenter({ ...BASE, targetSpeechMs: 640 }, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const evs = seg.push(pcm('S'.repeat(25) + 'qqqqq' + 'S'.repeat(5) + 'q'.repeat(12)));
+    const s = stops(evs);
+    expect(s[0].reason).to.equal('target_duration');
+    expect(s[0].pcm.length).to.equal((25 + 3) * WINDOW_BYTES);
+  });
+
+  it('at the maximum cuts at the quietest window of the smart-split window; the next utterance starts at once', () => {
+    const seg = new Segmenter({ ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280, smartSplitWindowMs: 320 }, new Loudness(), {
+      gateDbfs: -50,
+      releaseAfterMs: 10_000,
+    });
+    // 40 windows = max. The quietest window inside the last 10 is index 33 ('m' is quieter than S but still speech).
+    const evs = seg.push(pcm('S'.repeat(33) + 'm' + 'S'.repeat(6) + 'S'.repeat(10) + 'q'.repeat(12)));
+    const types = evs.map((e) => (e.type === 'stop' ? `stop:${e.reason}` : e.type));
+    expect(types).to.deep.equal(['start', 'stop:max_duration', 'start', 'stop:end_of_speech']);
+    const [first, second] = stops(evs);
+    expect(first.pcm.length).to.equal(34 * WINDOW_BYTES);
+    expect(evs[2].audioStartMs).to.equal(first.audioEndMs);
+    expect(second.audioStartMs).to.equal(first.audioEndMs);
+  });
+
+  it('without smart split the maximum cuts exactly at the limit', () => {
+    const seg = new Segmenter({ ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280 }, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const s = stops(seg.push(pcm('S'.repeat(45))));
+    expect(s[0].reason).to.equal('max_duration');
+    expect(s[0].pcm.length).to.equal(40 * WINDOW_BYTES);
+  });
+
+  it('flush ends the open utterance, including the partial window', () => {
+    const seg = new Segmenter(BASE, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    seg.push(pcm('SSSSS'));
+    seg.push(Buffer.alloc(100));
+    const s = stops(seg.flush());
+    expect(s[0].reason).to.equal('flush');
+    expect(s[0].pcm.length).to.equal(5 * WINDOW_BYTES + 100);
+    expect(seg.flush()).to.deep.equal([]);
+  });
+
+  it('with VAD off everything is speech until flush or the maximum', () => {
+    const src = new Loudness();
+    const seg = new Segmenter({ ...BASE, vad: false }, src, { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const evs = seg.push(pcm('....'));
+    expect(evs.map((e) => e.type)).to.deep.equal(['start']);
+    expect(stops(seg.flush())[0].pcm.length).to.equal(4 * WINDOW_BYTES);
+    expect(src.calls).to.equal(0);
+  });
+
+  it('silence below the gate never reaches the model, and the model is handed back after gated silence', () => {
+    const src = new Loudness();
+    const seg = new Segmenter(BASE, src, { gateDbfs: -50, releaseAfterMs: 320 });
+    seg.push(pcm('.'.repeat(100)));
+    expect(src.calls).to.equal(0);
+    seg.push(pcm('SSSSSS' + 'q'.repeat(12)));
+    expect(seg.holdsModel).to.equal(true);
+    seg.push(pcm('.'.repeat(12)));
+    expect(seg.holdsModel).to.equal(false);
+    expect(src.released).to.equal(1);
+  });
+
+  it('speech hold skips the model on loud windows mid-utterance, never on pauses', () => {
+    const src = new Loudness();
+    const seg = new Segmenter(BASE, src, { gateDbfs: -50, releaseAfterMs: 10_000, holdDb: 10, maxSkip: 2 });
+    // Floor from quiet windows, then loud speech, then a pause that must end the utterance.
+    const evs = seg.push(pcm('qqqqqq' + 'S'.repeat(30) + 'q'.repeat(12)));
+    expect(stops(evs).map((s) => s.reason)).to.deep.equal(['end_of_speech']);
+    expect(seg.modelCalls).to.be.lessThan(seg.windows - 15);
+    const full = new Loudness();
+    const ref = new Segmenter(BASE, full, { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const refStops = stops(ref.push(pcm('qqqqqq' + 'S'.repeat(30) + 'q'.repeat(12))));
+    expect(stops(evs)[0].pcm.length).to.equal(refStops[0].pcm.length);
+  });
+});

@@ -1,0 +1,168 @@
+/**
+ * Real speech end to end: the clips of ../shared/test-audio streamed into the
+ * realtime tier (silero VAD, built-in PocketSphinx engine), at real-time pace
+ * and faster. The words that come back are the engine's own words for the
+ * same audio, and close to the references.
+ */
+import { expect } from 'chai';
+import { loadConfig } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { createSpeechEngine } from '../../shared/stt/index.js';
+import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../shared/stt/types.js';
+import { Segmenter } from '../../shared/vad/segmenter.js';
+import { ThreadedVad } from '../../shared/vad/service.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  readPcm,
+  refs,
+  silence,
+  testVadPool,
+  words,
+  type RealtimeTestContext,
+} from './helpers.js';
+
+const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+
+/** Records what the realtime tier sends to the engine. */
+class Recording implements SpeechEngine {
+  readonly seen: { req: TranscribeRequest; res: TranscribeResult }[] = [];
+  constructor(readonly inner: SpeechEngine) {}
+  async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+    const res = await this.inner.transcribe(req);
+    this.seen.push({ req, res });
+    return res;
+  }
+  languages() {
+    return this.inner.languages();
+  }
+  healthy() {
+    return this.inner.healthy();
+  }
+  close() {
+    return this.inner.close();
+  }
+}
+
+/** Share of reference words found in order (1 - a rough word error rate). */
+function overlap(ref: string[], hyp: string[]): number {
+  const dp = Array.from({ length: ref.length + 1 }, () => new Array(hyp.length + 1).fill(0));
+  for (let i = 1; i <= ref.length; i++) {
+    for (let j = 1; j <= hyp.length; j++) {
+      dp[i][j] = ref[i - 1] === hyp[j - 1] ? dp[i - 1][j - 1] + 1 : Math.max(dp[i - 1][j], dp[i][j - 1]);
+    }
+  }
+  return dp[ref.length][hyp.length] / ref.length;
+}
+
+describe('realtime with real speech (silero VAD + built-in engine)', function () {
+  this.timeout(120_000);
+  let ctx: RealtimeTestContext;
+  let engine: Recording;
+  const REFS = refs();
+
+  before(async () => {
+    const logger = createLogger({ level: 'warn' });
+    const inner = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), logger);
+    await inner.ready();
+    engine = new Recording(inner);
+    ctx = await createRealtimeContext({ engine });
+  });
+  after(async () => {
+    await ctx?.close();
+    await engine?.close();
+  });
+
+  async function streamClip(file: string, pace: number) {
+    const { key } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    c.send({ type: 'session.update', language: 'en' });
+    await c.next('session.updated');
+    const before = engine.seen.length;
+    await c.stream(Buffer.concat([silence(300), readPcm(file), silence(900)]), { pace });
+    await c.waitFor((evs) => {
+      const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
+      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
+    }, 60_000);
+    c.ws.close(1000);
+    await c.closed;
+    const done = c.of(COMPLETED).sort((a, b) => a.utterance_index - b.utterance_index);
+    return { done, seen: engine.seen.slice(before), c };
+  }
+
+  it('jfk.wav at real-time pace: the completed texts are the engine\'s words for the same audio', async () => {
+    const { done, seen } = await streamClip('jfk.wav', 1);
+    expect(done.length).to.be.greaterThan(0);
+    for (const ev of done) {
+      expect(ev.error).to.equal(undefined);
+      expect(ev.language).to.equal('en');
+      expect(ev.latency_ms).to.be.lessThan(10_000);
+    }
+    // Same audio straight into the engine gives the same words.
+    for (const { req, res } of seen) {
+      const direct = await engine.inner.transcribe({ pcm: req.pcm, language: 'en' });
+      expect(direct.text).to.equal(res.text);
+    }
+    const hyp = words(done.map((e) => e.text).join(' '));
+    const whole = await engine.inner.transcribe({ pcm: readPcm('jfk.wav'), language: 'en' });
+    expect(overlap(words(whole.text), hyp), `realtime "${hyp.join(' ')}" vs whole clip "${whole.text}"`).to.be.greaterThan(0.6);
+    expect(overlap(words(REFS.get('jfk.wav')!), hyp)).to.be.greaterThan(0.5);
+  });
+
+  it('every clip streamed faster than real time comes back close to the reference', async () => {
+    const files = [...REFS.keys()].filter((f) => f !== 'jfk.wav');
+    const results = await Promise.all(files.map((f) => streamClip(f, 8)));
+    for (let i = 0; i < files.length; i++) {
+      const hyp = words(results[i].done.map((e) => e.text).join(' '));
+      const score = overlap(words(REFS.get(files[i])!), hyp);
+      expect(score, `${files[i]}: "${hyp.join(' ')}"`).to.be.greaterThan(0.45);
+      const idx = results[i].done.map((e) => e.utterance_index);
+      expect(idx).to.deep.equal(idx.map((_, k) => k));
+    }
+  });
+
+  it('silero segments speech where a person pauses, and silence costs no model time', () => {
+    const config = loadConfig({});
+    const pool = testVadPool(config);
+    const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, { gateDbfs: -50, releaseAfterMs: 500 });
+    const evs = [...seg.push(silence(3000))];
+    expect(seg.holdsModel, 'digital silence never reaches the model').to.equal(false);
+    evs.push(...seg.push(readPcm('jfk.wav')), ...seg.push(silence(1000)));
+    const stops = evs.filter((e) => e.type === 'stop');
+    expect(stops.length).to.be.within(2, 6);
+    for (const s of stops) if (s.type === 'stop') expect(s.reason).to.equal('end_of_speech');
+    evs.push(...seg.push(silence(1000)));
+    expect(seg.holdsModel, 'model handed back after gated silence').to.equal(false);
+    seg.close();
+  });
+
+  it('segmentation in worker threads gives the same utterances as in the server thread', async () => {
+    const config = loadConfig({});
+    const v = config.realtime.vad;
+    const threaded = await ThreadedVad.start(1, { ...v, poolWarm: 1, poolMax: 8 });
+    const tctx = await createRealtimeContext({ engine, vad: threaded, testDb: ctx.testDb });
+    try {
+      const run = async (c: RealtimeTestContext) => {
+        const { key } = await c.issueKey('pro');
+        const cl = await connect(c.url, bearer(key));
+        await cl.next('session.created');
+        await cl.stream(Buffer.concat([readPcm('jfk.wav'), silence(1000)]), { pace: 8 });
+        await cl.waitFor((evs) => {
+          const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
+          return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
+        }, 60_000);
+        cl.ws.close(1000);
+        return cl.of('input_audio_buffer.speech_stopped').map((e) => `${e.audio_start_ms}-${e.audio_end_ms}:${e.reason}`);
+      };
+      const inThreads = await run(tctx);
+      const inline = await run(ctx);
+      expect(inThreads).to.deep.equal(inline);
+      expect(threaded.stats()).to.include({ mode: 'threads', threads: 1 });
+    } finally {
+      await tctx.close();
+      await threaded.close();
+    }
+  });
+});

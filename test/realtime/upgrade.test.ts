@@ -1,0 +1,260 @@
+/**
+ * The upgrade (interface 4.8 and 5): check order, credentials, quotas,
+ * breaker, health endpoints, the native-uWS guard and the embedded proxy.
+ */
+import http from 'node:http';
+import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { expect } from 'chai';
+import { issueSessionToken } from '../../shared/auth/index.js';
+import { isNativeUws, loadUws } from '../../realtime/uws.js';
+import { attachRealtimeProxy } from '../../realtime/proxy.js';
+import { loadConfig } from '../../shared/config/index.js';
+import { ThreadedVad } from '../../shared/vad/service.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  readPcm,
+  repoRoot,
+  ScriptedEngine,
+  SESSION_SECRET,
+  type RealtimeTestContext,
+} from './helpers.js';
+
+async function refused(url: string, headers: Record<string, string> = {}) {
+  try {
+    const c = await connect(url, { headers });
+    c.ws.close();
+    throw new Error('upgrade was accepted');
+  } catch (err) {
+    const e = err as { status?: number; headers?: Record<string, string>; body?: string };
+    if (e.status === undefined) throw err;
+    return { status: e.status, headers: e.headers ?? {}, body: JSON.parse(e.body || '{}') };
+  }
+}
+
+describe('realtime upgrade', function () {
+  this.timeout(30_000);
+  let ctx: RealtimeTestContext;
+  const engine = new ScriptedEngine();
+  before(async () => {
+    ctx = await createRealtimeContext({
+      engine,
+      env: { REALTIME_BREAKER_FAILURES: '2', REALTIME_BREAKER_OPEN_MS: '1500' },
+    });
+  });
+  after(async () => ctx?.close());
+
+  it('answers a plain GET on the stream path with 426 websocket_required', async () => {
+    const res = await fetch(`${ctx.base}/v1/audio/transcriptions/stream`);
+    expect(res.status).to.equal(426);
+    expect((await res.json()).error.code).to.equal('websocket_required');
+  });
+
+  it('serves /health and /readyz', async () => {
+    const h = await fetch(`${ctx.base}/health`);
+    expect(h.status).to.equal(200);
+    expect(await h.json()).to.deep.equal({ ok: true, service: 'realtime' });
+    const r = await fetch(`${ctx.base}/readyz`);
+    expect(r.status).to.equal(200);
+    expect((await r.json()).ok).to.equal(true);
+  });
+
+  it('authenticates: missing, malformed, unknown, revoked; sk- in the header; rt_ in access_token or token', async () => {
+    expect((await refused(ctx.url)).body.error.code).to.equal('missing_api_key');
+    expect((await refused(ctx.url, { authorization: 'Basic abc' })).status).to.equal(401);
+    expect((await refused(ctx.url, { authorization: 'Bearer sk-unknownunknownunknown' })).body.error.code).to.equal('invalid_api_key');
+    const { key, id } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    c.ws.close(1000);
+    const { token } = issueSessionToken(SESSION_SECRET, id, 60);
+    for (const param of ['access_token', 'token']) {
+      const c2 = await connect(`${ctx.url}?${param}=${encodeURIComponent(token)}`);
+      expect((await c2.next('session.created')).plan).to.equal('pro');
+      c2.ws.close(1000);
+    }
+    expect((await refused(`${ctx.url}?access_token=rt_forged.payload`)).body.error.code).to.equal('invalid_session_token');
+    const expired = issueSessionToken(SESSION_SECRET, id, 60, Date.now() - 120_000).token;
+    expect((await refused(`${ctx.url}?token=${expired}`)).body.error.code).to.equal('invalid_session_token');
+    const { key: revokedKey, id: revokedId } = await ctx.issueKey('pro');
+    await ctx.keys.revoke(revokedId);
+    expect((await refused(ctx.url, { authorization: `Bearer ${revokedKey}` })).body.error.code).to.equal('revoked_api_key');
+  });
+
+  it('never accepts an sk- key in the URL', async () => {
+    const { key } = await ctx.issueKey('pro');
+    for (const param of ['access_token', 'token']) {
+      const r = await refused(`${ctx.url}?${param}=${key}`);
+      expect(r.status).to.equal(401);
+      expect(r.body.error.code).to.equal('invalid_api_key');
+    }
+    // Even next to a valid header: a key in a URL has leaked and is refused.
+    const both = await refused(`${ctx.url}?token=${key}`, { authorization: `Bearer ${key}` });
+    expect(both.status).to.equal(401);
+    expect(ctx.logs.lines.join('\n')).to.not.include(key);
+  });
+
+  it('free plan: a second concurrent connection is refused 429; the slot frees on close', async () => {
+    const { key } = await ctx.issueKey('free');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    const r = await refused(ctx.url, { authorization: `Bearer ${key}` });
+    expect(r.status).to.equal(429);
+    expect(r.body.error.code).to.equal('too_many_connections');
+    expect(Number(r.headers['retry-after'])).to.be.greaterThan(0);
+    c.ws.close(1000);
+    await c.closed;
+    await new Promise((res) => setTimeout(res, 50));
+    const c2 = await connect(ctx.url, bearer(key));
+    await c2.next('session.created');
+    c2.ws.close(1000);
+    await c2.closed;
+  });
+
+  it('free plan: the 7th handshake within a minute is refused 429 connection_rate_exceeded', async () => {
+    const { key } = await ctx.issueKey('free');
+    for (let i = 0; i < 6; i++) {
+      const c = await connect(ctx.url, bearer(key));
+      await c.next('session.created');
+      c.ws.close(1000);
+      await c.closed;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    const r = await refused(ctx.url, { authorization: `Bearer ${key}` });
+    expect(r.status).to.equal(429);
+    expect(r.body.error.code).to.equal('connection_rate_exceeded');
+    expect(Number(r.headers['retry-after'])).to.be.greaterThan(0);
+  });
+
+  it('breaker: upstream failures close open sessions 1013 upstream_unavailable, then upgrades get 503 + Retry-After, then it recovers', async () => {
+    const { key } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    c.send({ type: 'session.update', vad: false });
+    await c.next('session.updated');
+    engine.failWith = Object.assign(new Error('upstream down'), { code: 'transcription_failed' });
+    const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 16000);
+    for (let i = 0; i < 2; i++) {
+      await c.stream(pcm);
+      c.send({ type: 'flush' });
+      await new Promise((res) => setTimeout(res, 30));
+    }
+    expect(await c.closed).to.deep.equal({ code: 1013, reason: 'upstream_unavailable' });
+    // Every utterance was reported, none silently lost.
+    const completed = c.of('conversation.item.input_audio_transcription.completed');
+    expect(completed.length).to.equal(c.of('input_audio_buffer.speech_stopped').length);
+    expect(completed.every((e) => e.error?.code === 'transcription_failed')).to.equal(true);
+    const r = await refused(ctx.url, { authorization: `Bearer ${key}` });
+    expect(r.status).to.equal(503);
+    expect(r.body.error.code).to.equal('upstream_unavailable');
+    expect(Number(r.headers['retry-after'])).to.be.within(1, 2);
+    expect((await fetch(`${ctx.base}/readyz`)).status).to.be.oneOf([200, 503]);
+    engine.failWith = null;
+    await new Promise((res) => setTimeout(res, 1600));
+    const c2 = await connect(ctx.url, bearer(key));
+    await c2.next('session.created');
+    c2.send({ type: 'session.update', vad: false });
+    await c2.next('session.updated');
+    await c2.stream(pcm);
+    c2.send({ type: 'flush' });
+    const ok = await c2.next('conversation.item.input_audio_transcription.completed');
+    expect(ok.error).to.equal(undefined);
+    expect(ctx.rt.breaker.state).to.equal('closed');
+    c2.ws.close(1000);
+  });
+
+  it('/readyz answers 503 while the speech upstream is unhealthy', async () => {
+    engine.healthy_ = false;
+    await new Promise((r) => setTimeout(r, 1100)); // readiness is cached for 1 s
+    try {
+      const r = await fetch(`${ctx.base}/readyz`);
+      expect(r.status).to.equal(503);
+      expect((await r.json()).checks.upstream).to.equal(false);
+    } finally {
+      engine.healthy_ = true;
+    }
+  });
+
+  it('answers 503 gateway_disabled when the gateway is disabled (checked before auth)', async () => {
+    const off = await createRealtimeContext({ engine, env: { REALTIME_ENABLED: 'false' }, testDb: ctx.testDb });
+    try {
+      const r = await refused(off.url);
+      expect(r.status).to.equal(503);
+      expect(r.body.error.code).to.equal('gateway_disabled');
+      expect((await fetch(`${off.base}/readyz`)).status).to.equal(503);
+    } finally {
+      await off.close();
+    }
+  });
+
+  it('a crashed VAD thread ends its sessions 1011 and turns /readyz to 503', async () => {
+    const v = loadConfig({}).realtime.vad;
+    const threaded = await ThreadedVad.start(1, { ...v, poolWarm: 0, poolMax: 4 });
+    const crashy = await createRealtimeContext({ engine, vad: threaded, testDb: ctx.testDb });
+    try {
+      const { key } = await crashy.issueKey('pro');
+      const c = await connect(crashy.url, bearer(key));
+      await c.next('session.created');
+      await (threaded as unknown as { lanes: { worker: { terminate(): Promise<number> } }[] }).lanes[0].worker.terminate();
+      expect(await c.closed).to.deep.equal({ code: 1011, reason: 'client_error' });
+      expect(threaded.healthy).to.equal(false);
+      expect((await fetch(`${crashy.base}/readyz`)).status).to.equal(503);
+    } finally {
+      await crashy.close();
+      await threaded.close();
+    }
+  });
+
+  it('reaches the stream through the API port with the embedded proxy', async () => {
+    const server = http.createServer((_req, res) => res.end('rest'));
+    const detach = attachRealtimeProxy(server, { port: ctx.rt.port });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const { key } = await ctx.issueKey('pro');
+      const c = await connect(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`, bearer(key));
+      await c.next('session.created');
+      await c.stream(readPcm('librivox-austen-0880.wav'));
+      c.send({ type: 'flush' });
+      await c.next('conversation.item.input_audio_transcription.completed');
+      c.ws.close(1000);
+      expect((await c.closed).code).to.equal(1000);
+      const r = await refused(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`);
+      expect(r.status).to.equal(401);
+      expect(await (await fetch(`http://127.0.0.1:${port}/health`)).text()).to.equal('rest');
+    } finally {
+      detach();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(() => r(undefined)));
+    }
+  });
+});
+
+describe('realtime: native uWebSockets.js guard', () => {
+  it('recognises the native addon loaded here', () => {
+    const mod = loadUws();
+    const require = createRequire(import.meta.url);
+    expect(isNativeUws(mod, require.cache as Record<string, { exports?: unknown }>)).to.equal(true);
+  });
+
+  it('rejects the JS fallback (exports from dist/index, no .node in the cache)', () => {
+    const require = createRequire(import.meta.url);
+    const fallback = require('uWebSockets.js/dist/index.js');
+    expect(isNativeUws(fallback, require.cache as Record<string, { exports?: unknown }>)).to.equal(false);
+  });
+
+  it('refuses to start when the package falls back to its shim', function () {
+    this.timeout(20_000);
+    const script = `import { loadUws } from './realtime/uws.ts'; try { loadUws(); console.log('STARTED'); } catch (e) { console.error(e.name + ': ' + e.message); process.exit(3); }`;
+    const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: repoRoot,
+      env: { ...process.env, UWS_USE_FALLBACK: '1' },
+      encoding: 'utf8',
+    });
+    expect(r.status).to.equal(3);
+    expect(r.stderr).to.include('NativeUwsUnavailable');
+    expect(r.stdout).to.not.include('STARTED');
+  });
+});

@@ -1,0 +1,53 @@
+/**
+ * A real API instance with the segment route for the speech tests: its own
+ * migrated database (test/helpers/db.ts), the full app, listening on a
+ * loopback port so the official openai SDK can reach it.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadConfig, type Config } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { createApp } from '../../api/app.js';
+import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
+import { routeModules } from '../../api/routes/index.js';
+import * as segment from '../../api/routes/segment/index.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+export interface SpeechTestApp {
+  url: string;
+  server: http.Server;
+  deps: AppDeps;
+  config: Config;
+  db: TestDatabase;
+  issueKey(plan?: string): Promise<{ key: string; id: string }>;
+  close(): Promise<void>;
+}
+
+export async function startSpeechApp(env: Record<string, string> = {}): Promise<SpeechTestApp> {
+  const db = await createTestDatabase('stt_speech');
+  const config = loadConfig({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', DATA_DIR: 'test/.tmp/data', ...env, DATABASE_URL: db.url });
+  const logger = createLogger({ level: config.logLevel });
+  const deps = createDeps(config, logger);
+  const modules = (routeModules as object[]).includes(segment) ? routeModules : [...routeModules, segment];
+  const app = createApp(deps, modules);
+  const server = http.createServer(app.callback());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    server,
+    deps,
+    config,
+    db,
+    async issueKey(plan = 'pro') {
+      const rec = await deps.keys.issue({ ownerId: 'speech-tests', plan });
+      return { key: rec.key!, id: rec.id };
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+      await closeDeps(deps);
+      await db.drop();
+    },
+  };
+}

@@ -1,0 +1,163 @@
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import OpenAI, { toFile } from 'openai';
+import { loadConfig } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { RemotePool } from '../../shared/stt/remote.js';
+import { SpeechError } from '../../shared/stt/types.js';
+import { SEGMENT_PATH } from '../../api/routes/segment/index.js';
+import { REPO_ROOT, clip, pcmOf, startEngine, type EngineProcess } from './helpers.js';
+import { startSpeechApp, type SpeechTestApp } from './app.js';
+
+/**
+ * Two real engine/ worker processes behind the remote pool. PocketSphinx
+ * needs about a second per 3 s clip here, so the app under test runs with
+ * a per-attempt timeout suited to it; the interface's 800 ms / 1.6 s default
+ * is exercised separately.
+ */
+describe('speech: remote worker pool with two engine/ processes', function () {
+  this.timeout(60_000);
+  let a: EngineProcess;
+  let b: EngineProcess;
+  let t: SpeechTestApp;
+  let key: string;
+  const logger = createLogger({ level: 'silent' });
+  const short = fs.readFileSync(clip('librivox-austen-0880.wav').path);
+
+  const idle = async (e: EngineProcess) => {
+    for (;;) {
+      const h = (await (await fetch(`${e.url}/health`)).json()) as { busy: number; queued: number };
+      if (h.busy === 0 && h.queued === 0) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  before(async () => {
+    [a, b] = await Promise.all([startEngine(), startEngine()]);
+    t = await startSpeechApp({
+      STT_WORKER_URLS: `wa=${a.url},wb=${b.url}`,
+      STT_ATTEMPT_TIMEOUT_MS: '8000',
+      STT_BUDGET_MS: '16000',
+      STT_HEALTH_INTERVAL_MS: '250',
+      STT_HEALTH_TIMEOUT_MS: '2000', // a busy test machine must not make a live worker look dead
+    });
+    ({ key } = await t.issueKey('pro'));
+    await (t.deps.speech as RemotePool).ready();
+  });
+  after(async () => {
+    await t?.close();
+    await Promise.all([a?.kill(), b?.kill()]);
+  });
+
+  const post = () => request(t.url).post(SEGMENT_PATH).set('Authorization', `Bearer ${key}`);
+
+  it('with the default 800 ms per attempt, 2 attempts: a too-slow pool fails within about 1.6 s', async () => {
+    const cfg = loadConfig({ STT_WORKER_URLS: `wa=${a.url},wb=${b.url}` }).speech.remote;
+    expect(cfg).to.include({ attemptTimeoutMs: 800, maxAttempts: 2, budgetMs: 1600 });
+    const pool = new RemotePool(cfg, logger);
+    try {
+      await pool.ready();
+      const started = Date.now();
+      // jfk.wav (11 s) takes 2-4 s to decode here: well past 800 ms.
+      const err = await pool.transcribe({ pcm: pcmOf(clip('jfk.wav').path) }).catch((e: unknown) => e);
+      const elapsed = Date.now() - started;
+      expect(err).to.be.instanceOf(SpeechError);
+      expect((err as SpeechError).code).to.equal('transcription_failed');
+      expect((err as SpeechError).message).to.match(/wa: no answer within \d+ ms/).and.match(/wb: no answer within \d+ ms/);
+      expect(elapsed).to.be.within(1550, 1900);
+    } finally {
+      await pool.close();
+      await Promise.all([idle(a), idle(b)]);
+    }
+  });
+
+  it('answers through a warm worker with X-Worker-Id and X-Fallback-Used: 0', async () => {
+    const res = await post().attach('file', short, 'clip.wav');
+    expect(res.status, JSON.stringify(res.body)).to.equal(200);
+    expect(res.headers['x-worker-id']).to.be.oneOf(['wa', 'wb']);
+    expect(res.headers['x-fallback-used']).to.equal('0');
+    expect(res.body.text).to.be.a('string').with.length.greaterThan(5);
+    expect(res.body.words.length).to.be.greaterThan(3);
+    expect(res.body.language).to.equal('en');
+  });
+
+  it('spreads concurrent requests by load and reaches a pinned worker', async () => {
+    const both = await Promise.all([post().attach('file', short, '1.wav'), post().attach('file', short, '2.wav')]);
+    expect(both.map((r) => r.headers['x-worker-id']).sort()).to.deep.equal(['wa', 'wb']);
+    for (const id of ['wb', 'wa']) {
+      const res = await post().attach('file', short, 'clip.wav').field('worker_id', id).field('response_format', 'json');
+      expect(res.status).to.equal(200);
+      expect(res.headers['x-worker-id']).to.equal(id);
+    }
+  });
+
+  it('an engine worker speaks OpenAI: the official SDK works in every response format', async () => {
+    const client = new OpenAI({ apiKey: 'unused', baseURL: `${a.url}/v1`, maxRetries: 0 });
+    const file = () => toFile(short, 'clip.wav', { type: 'audio/wav' });
+    const verbose = await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'verbose_json' });
+    expect(verbose.segments?.[0]).to.include.keys('id', 'start', 'end', 'text', 'avg_logprob');
+    expect((await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1' })).text).to.equal(verbose.text);
+    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'text' })).trim()).to.equal(verbose.text);
+    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'srt' }))).to.match(/^1\n00:00:0/);
+    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'vtt' }))).to.match(/^WEBVTT/);
+    const models = await client.models.list();
+    expect(models.data[0].id).to.equal('pocketsphinx-en-us');
+  });
+
+  it('the transcribe CLI prints text and writes subtitle files', async () => {
+    const cli = (args: string[]) =>
+      spawnSync(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'cli/transcribe.ts'), ...args], { cwd: REPO_ROOT, encoding: 'utf8' });
+    const file = clip('librivox-austen-0880.wav').path;
+    const text = cli([file, '--url', b.url, '--key', 'sk-unused-by-engine']);
+    expect(text.status, text.stderr).to.equal(0);
+    expect(text.stdout.trim().split(' ').length).to.be.greaterThan(4);
+    const out = path.join(REPO_ROOT, `test/.tmp/cli-${process.pid}`);
+    const srt = cli([file, '--url', b.url, '--key', 'sk-unused-by-engine', '--format', 'srt', '--out', out]);
+    expect(srt.status, srt.stderr).to.equal(0);
+    expect(fs.readFileSync(path.join(out, 'librivox-austen-0880.srt'), 'utf8')).to.match(/^1\n00:00:00,\d{3} --> /);
+    fs.rmSync(out, { recursive: true, force: true });
+    const bad = cli([path.join(REPO_ROOT, 'package.json'), '--url', b.url, '--key', 'x']);
+    expect(bad.status).to.equal(1);
+    expect(bad.stderr).to.match(/invalid_audio/);
+  });
+
+  it('when the primary dies mid-request, the fallback answers with X-Fallback-Used: 1', async () => {
+    const pool = t.deps.speech as RemotePool;
+    const pending = post().attach('file', short, 'clip.wav').then((r) => r);
+    let primary: string | undefined;
+    while (!primary) {
+      primary = pool.status().find((w) => w.inFlight > 0)?.id;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await new Promise((r) => setTimeout(r, 150)); // decoding has started there
+    await (primary === 'wa' ? a : b).kill();
+    const res = await pending;
+    expect(res.status, JSON.stringify(res.body)).to.equal(200);
+    expect(res.headers['x-fallback-used']).to.equal('1');
+    expect(res.headers['x-worker-id']).to.equal(primary === 'wa' ? 'wb' : 'wa');
+    expect(res.body.text.length).to.be.greaterThan(5);
+    // The dead worker is now avoided: the next request goes straight to the live one.
+    const next = await post().attach('file', short, 'clip.wav').field('response_format', 'json');
+    expect(next.headers['x-fallback-used']).to.equal('0');
+    // Pinned requests get no fallback: pinning the dead worker fails.
+    const pinned = await post().attach('file', short, 'clip.wav').field('worker_id', primary);
+    expect(pinned.status).to.equal(502);
+    expect(pinned.body.error).to.include({ code: 'transcription_failed', type: 'invalid_request_error' });
+  });
+
+  it('with both workers down: 502 transcription_failed within the budget', async () => {
+    await Promise.all([a.kill(), b.kill()]);
+    const started = Date.now();
+    const res = await post().attach('file', short, 'clip.wav');
+    expect(res.status).to.equal(502);
+    expect(res.body.error).to.include({ code: 'transcription_failed', type: 'invalid_request_error' });
+    expect(res.body.error.message).to.be.a('string');
+    expect(Date.now() - started).to.be.below(t.config.speech.remote.budgetMs);
+    // Failed attempts are not billed.
+    const rows = await t.deps.db('usage_events').where({ plane: 'segment' });
+    expect(rows.length).to.equal(7);
+  });
+});

@@ -1,0 +1,144 @@
+import fs from 'node:fs';
+import { expect } from 'chai';
+import request from 'supertest';
+import OpenAI, { toFile } from 'openai';
+import { pcmToWav } from '../../shared/audio/index.js';
+import { SEGMENT_PATH } from '../../api/routes/segment/index.js';
+import { clip, ffmpegConvert, wer } from './helpers.js';
+import { startSpeechApp, type SpeechTestApp } from './app.js';
+
+describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
+  this.timeout(60_000);
+  let t: SpeechTestApp;
+  let key: string;
+  let keyId: string;
+  let freeKey: string;
+  const austen = clip('librivox-austen-0880.wav');
+  const austenWav = fs.readFileSync(austen.path);
+  const silenceWav = pcmToWav(Buffer.alloc(16000 * 2));
+
+  before(async () => {
+    t = await startSpeechApp({
+      STT_THREADS: '2',
+      SEGMENT_MAX_UPLOAD_MB: '1',
+      PLANS_JSON: JSON.stringify({ free: { maxAudioSecondsPerRequest: 10, maxRequestsPerMinute: 3 } }),
+    });
+    ({ key, id: keyId } = await t.issueKey('pro'));
+    ({ key: freeKey } = await t.issueKey('free'));
+  });
+  after(() => t?.close());
+
+  const post = (k = key) => request(t.url).post(SEGMENT_PATH).set('Authorization', `Bearer ${k}`);
+
+  it('transcribes a clip as verbose_json by default, with worker headers, and bills its seconds', async () => {
+    const res = await post().attach('file', austenWav, 'clip.wav').field('language', 'en');
+    expect(res.status, JSON.stringify(res.body)).to.equal(200);
+    expect(res.headers['x-worker-id']).to.match(/^builtin-\d$/);
+    expect(res.headers['x-fallback-used']).to.equal('0');
+    expect(res.body).to.include.keys('text', 'language', 'duration', 'segments', 'words');
+    expect(res.body.language).to.equal('en');
+    expect(res.body.duration).to.be.closeTo(austen.seconds, 0.01);
+    expect(wer(austen.reference, res.body.text)).to.be.below(0.6);
+    expect(res.body.words[0]).to.include.keys('word', 'start', 'end', 'confidence');
+    const rows = await t.deps.db('usage_events').where({ key_id: keyId, plane: 'segment' });
+    expect(rows).to.have.length(1);
+    expect(Number(rows[0].audio_seconds)).to.be.closeTo(austen.seconds, 0.01);
+  });
+
+  it('answers json, text, srt and vtt; decodes compressed uploads', async () => {
+    const mp3 = await ffmpegConvert(austenWav, ['-f', 'mp3']);
+    const [json, text, srt, vtt] = await Promise.all([
+      post().attach('file', mp3, 'clip.mp3').field('response_format', 'json'),
+      post().attach('file', austenWav, 'clip.wav').field('response_format', 'text'),
+      post().attach('file', austenWav, 'clip.wav').field('response_format', 'srt'),
+      post().attach('file', austenWav, 'clip.wav').field('response_format', 'vtt'),
+    ]);
+    expect(json.status).to.equal(200);
+    expect(Object.keys(json.body)).to.deep.equal(['text']);
+    expect(text.headers['content-type']).to.match(/^text\/plain/);
+    expect(text.text.endsWith('\n')).to.equal(true);
+    expect(srt.headers['content-type']).to.match(/^application\/x-subrip/);
+    expect(srt.text).to.match(/^1\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n/);
+    expect(vtt.headers['content-type']).to.match(/^text\/vtt/);
+    expect(vtt.text).to.match(/^WEBVTT\n\n\d\d:\d\d:\d\d\.\d{3} --> /);
+  });
+
+  it('transcribes and bills silence and empty clips (200, empty text)', async () => {
+    const before = await t.deps.db('usage_events').where({ key_id: keyId }).count<{ count: string }[]>('* as count');
+    const silent = await post().attach('file', silenceWav, 'silence.wav');
+    expect(silent.status).to.equal(200);
+    expect(silent.body.text).to.equal('');
+    expect(silent.body.duration).to.equal(1);
+    const empty = await post().attach('file', pcmToWav(Buffer.alloc(0)), 'empty.wav').field('response_format', 'json');
+    expect(empty.status).to.equal(200);
+    expect(empty.body).to.deep.equal({ text: '' });
+    const after = await t.deps.db('usage_events').where({ key_id: keyId }).count<{ count: string }[]>('* as count');
+    expect(Number(after[0].count) - Number(before[0].count)).to.equal(2);
+  });
+
+  describe('errors {error:{message,type,code}}', () => {
+    const expectError = (res: request.Response, status: number, code: string) => {
+      expect(res.status, JSON.stringify(res.body)).to.equal(status);
+      expect(res.body.error).to.include({ code });
+      expect(res.body.error.type).to.be.a('string');
+      expect(res.body.error.message).to.be.a('string');
+    };
+
+    it('401 without a key', async () => {
+      const res = await request(t.url).post(SEGMENT_PATH).attach('file', austenWav, 'clip.wav');
+      expectError(res, 401, 'missing_api_key');
+    });
+
+    it('400 invalid_content_type for bodies that are not multipart (JSON goes to the batch plane if it is there)', async () => {
+      expectError(await post().set('Content-Type', 'text/plain').send('hello'), 400, 'invalid_content_type');
+      const json = await post().send({ hello: 'world' });
+      expect(json.status).to.be.oneOf([400, 401]);
+      if (typeof json.body.error === 'object') expect(json.body.error.code).to.equal('invalid_content_type');
+    });
+
+    it('400 missing_file, invalid_audio, invalid_response_format, unsupported_language, unknown_worker', async () => {
+      expectError(await post().field('model', 'x'), 400, 'missing_file');
+      expectError(await post().attach('file', Buffer.from('not audio at all'), 'x.wav'), 400, 'invalid_audio');
+      expectError(await post().attach('file', austenWav, 'a.wav').field('response_format', 'xml'), 400, 'invalid_response_format');
+      expectError(await post().attach('file', austenWav, 'a.wav').field('language', 'fr'), 400, 'unsupported_language');
+      expectError(await post().attach('file', austenWav, 'a.wav').field('worker_id', 'nope'), 400, 'unknown_worker');
+    });
+
+    it('413 file_too_large above the configured cap', async () => {
+      const big = Buffer.alloc(1.5 * 1024 * 1024, 1);
+      const res = await post().attach('file', big, 'big.wav').catch((e: { response?: request.Response }) => e.response!);
+      expectError(res, 413, 'file_too_large');
+    });
+
+    it("400 audio_too_long beyond the plan's maxAudioSecondsPerRequest; requests count against maxRequestsPerMinute", async () => {
+      const jfk = fs.readFileSync(clip('jfk.wav').path); // 11 s > 10 s for this free plan
+      expectError(await post(freeKey).attach('file', jfk, 'jfk.wav'), 400, 'audio_too_long');
+      await post(freeKey).attach('file', silenceWav, 's.wav').expect(200);
+      await post(freeKey).attach('file', silenceWav, 's.wav').expect(200);
+      const limited = await post(freeKey).attach('file', silenceWav, 's.wav');
+      expectError(limited, 429, 'rate_limit_exceeded');
+      expect(limited.headers['retry-after']).to.match(/^\d+$/);
+    });
+  });
+
+  it('works with the official openai SDK in every response format', async () => {
+    const client = new OpenAI({ apiKey: key, baseURL: `${t.url}/v1`, maxRetries: 0 });
+    const file = () => toFile(austenWav, 'clip.wav', { type: 'audio/wav' });
+    const [verbose, json, text, srt, vtt] = await Promise.all([
+      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'verbose_json', timestamp_granularities: ['word', 'segment'] }),
+      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1' }),
+      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'text' }),
+      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'srt' }),
+      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'vtt' }),
+    ]);
+    expect(verbose.text).to.be.a('string').and.not.equal('');
+    expect(verbose.duration).to.be.closeTo(austen.seconds, 0.01);
+    expect(verbose.words?.length).to.be.greaterThan(3);
+    expect(json.text).to.equal(verbose.text);
+    expect(String(text).trim()).to.equal(verbose.text);
+    expect(String(srt)).to.contain(' --> ');
+    expect(String(vtt)).to.match(/^WEBVTT/);
+    const withResponse = await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'json' }).withResponse();
+    expect(withResponse.response.headers.get('x-fallback-used')).to.equal('0');
+  });
+});
