@@ -19,7 +19,7 @@ import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { SpeechConfig } from '../config/speech.js';
 import { FRAME_SECONDS, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/decoder.js';
-import type { DecodeJob, ThreadMessage } from './pocketsphinx/thread.js';
+import type { CloseRequest, DecodeJob, ThreadMessage } from './pocketsphinx/thread.js';
 import { buildTranscript } from './transcript.js';
 import { normalizeLanguage } from './language.js';
 import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
@@ -44,6 +44,7 @@ interface Thread {
   /** Its decoder loaded at least once. */
   loaded?: boolean;
   job?: Job;
+  exited?: boolean;
 }
 
 // Under tsx the sources run as .ts and the thread needs tsx's loader too; compiled, as .js.
@@ -51,6 +52,8 @@ const RUNNING_TS = import.meta.url.endsWith('.ts');
 const THREAD_URL = new URL(`./pocketsphinx/thread${RUNNING_TS ? '.ts' : '.js'}`, import.meta.url);
 
 const THREAD_LOAD_TIMEOUT_MS = 60_000;
+/** How long close() waits for a thread to finish its native call and exit. */
+const THREAD_STOP_TIMEOUT_MS = 30_000;
 
 function startThread(workerData: unknown): Worker {
   if (!RUNNING_TS) return new Worker(THREAD_URL, { workerData });
@@ -193,7 +196,29 @@ export class BuiltinEngine implements SpeechEngine {
   async close(): Promise<void> {
     this.closed = true;
     for (const job of this.queue.splice(0)) job.reject(new SpeechError('The speech engine is shut down.', 'transcription_failed'));
-    await Promise.all(this.threads.map((t) => t.worker.terminate()));
+    await Promise.all(this.threads.map((t) => this.stopThread(t)));
+  }
+
+  /**
+   * Asks a thread to exit by itself once its current native call (loading the
+   * decoder, or a decode told to abandon) returns; `worker.terminate()` during
+   * a native call aborts the whole process. Terminates only as a last resort.
+   */
+  private async stopThread(thread: Thread): Promise<void> {
+    if (thread.exited) return;
+    if (thread.job) Atomics.store(new Int32Array(thread.job.abort), 0, 1);
+    const exited = new Promise<void>((resolve) => thread.worker.once('exit', () => resolve()));
+    thread.worker.postMessage({ type: 'close' } satisfies CloseRequest);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), THREAD_STOP_TIMEOUT_MS);
+    });
+    const outcome = await Promise.race([exited, late]);
+    clearTimeout(timer);
+    if (outcome === 'late') {
+      this.log.warn({ thread: thread.index }, 'speech thread did not stop in time; terminating it');
+      await thread.worker.terminate();
+    }
   }
 
   private spawn(index: number): void {
@@ -219,6 +244,7 @@ export class BuiltinEngine implements SpeechEngine {
     worker.on('error', (err) => this.log.error({ err, thread: index }, 'speech thread failed'));
     worker.on('exit', (code) => {
       thread.ready = false;
+      thread.exited = true;
       const job = thread.job;
       thread.job = undefined;
       job?.reject(new SpeechError('The speech decoder stopped unexpectedly.', 'transcription_failed'));

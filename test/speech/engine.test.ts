@@ -133,6 +133,26 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
     expect(() => loadConfig({ POCKETSPHINX_ARGS: '-fwdflat' })).to.throw(/POCKETSPHINX_ARGS/);
   });
 
+  it('closes cleanly at any moment: while decoders load, and mid-decode', async () => {
+    // Terminating a thread inside a native call (library load, decode) aborts
+    // the whole process; close() must let the call return first.
+    const cfg = { ...loadConfig({}).speech.builtin, threads: 2 };
+    for (const delayMs of [0, 20, 200]) {
+      const e = new BuiltinEngine(cfg, logger);
+      await new Promise((r) => setTimeout(r, delayMs));
+      await e.close();
+      expect(await e.healthy()).to.equal(false);
+    }
+    const busy = new BuiltinEngine(cfg, logger);
+    await busy.ready();
+    const [clip] = loadClips().sort((a, b) => a.seconds - b.seconds);
+    const pending = busy.transcribe({ pcm: pcmOf(clip.path) }).catch((e: unknown) => e);
+    await new Promise((r) => setTimeout(r, 50));
+    await busy.close();
+    const outcome = await pending;
+    expect(outcome instanceof SpeechError || typeof (outcome as { text?: string }).text === 'string').to.equal(true);
+  });
+
   it('renders SRT and VTT from the segments', () => {
     const t = {
       text: 'hello world again',

@@ -7,10 +7,16 @@ import { performance } from 'node:perf_hooks';
 import { Decoder, DecoderAbortedError, type DecoderOptions } from './decoder.js';
 
 export interface DecodeJob {
+  type?: 'decode';
   id: number;
   pcm: ArrayBuffer;
   /** Int32 flag set to 1 by the pool to abandon the job (timeout, client gone). */
   abort: SharedArrayBuffer;
+}
+
+/** Asks the thread to free its decoder and exit on its own (see BuiltinEngine.close). */
+export interface CloseRequest {
+  type: 'close';
 }
 
 export type ThreadMessage =
@@ -23,7 +29,14 @@ const started = performance.now();
 const decoder = new Decoder(workerData as DecoderOptions);
 port.postMessage({ type: 'ready', initMs: Math.round(performance.now() - started) } satisfies ThreadMessage);
 
-port.on('message', (job: DecodeJob) => {
+port.on('message', (job: DecodeJob | CloseRequest) => {
+  if (job.type === 'close') {
+    // Exit by letting the event loop drain: terminating a thread while it is
+    // inside a native call (loading the library, decoding) aborts the process.
+    decoder.close();
+    port.close();
+    return;
+  }
   const flag = new Int32Array(job.abort);
   const t0 = performance.now();
   try {
