@@ -18,10 +18,11 @@ export function authError(f: AuthFailure): ApiError {
 /** Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. */
 export function requireApiKey(auth: Authenticator): Middleware {
   return async (ctx, next) => {
-    const { token, failure } = Authenticator.bearer(ctx.get('authorization') || undefined);
+    const { token, failure } = Authenticator.bearer(ctx.req.headers.authorization);
     if (failure) throw authError(failure);
     // Session tokens are for the realtime upgrade only; HTTP routes take API keys.
-    const result = await auth.authenticateApiKey(token!);
+    let result = auth.checkApiKey(token!);
+    if (result instanceof Promise) result = await result; // the key store is asked only when the cache is stale
     if (!result.ok) throw authError(result);
     ctx.state.principal = result.principal;
     await next();

@@ -66,10 +66,22 @@ interface CacheEntry {
   at: number;
 }
 
+/** Cached lookups and the lookups in flight, by hash or by id. */
+interface Cache {
+  entries: Map<string, CacheEntry>;
+  /** So a key whose entry just went stale costs one query, not one per request waiting for it. */
+  loading: Map<string, Promise<KeyRow | null>>;
+}
+
+const newCache = (): Cache => ({ entries: new Map(), loading: new Map() });
+
 export class Authenticator {
-  private readonly byHash = new Map<string, CacheEntry>();
-  private readonly byId = new Map<string, CacheEntry>();
-  private readonly lastUsed = new Map<string, Date>();
+  private readonly byHash = newCache();
+  private readonly byId = newCache();
+  /** Bumped by `invalidate`: a lookup that started before it must not repopulate the cache. */
+  private generation = 0;
+  /** Key id -> last use (ms since epoch), written to Postgres every `lastUsedFlushMs`. */
+  private readonly lastUsed = new Map<string, number>();
   private readonly flushTimer: NodeJS.Timeout;
   private readonly maxEntries: number;
 
@@ -97,8 +109,24 @@ export class Authenticator {
   }
 
   async authenticateApiKey(key: string): Promise<AuthResult> {
+    return this.checkApiKey(key);
+  }
+
+  /**
+   * `authenticateApiKey` without waiting when the answer is already known (a
+   * malformed key, or a lookup cached less than `keyCacheTtlMs` ago, which is
+   * almost every request of a busy key): the result itself, else a promise.
+   * The HTTP middleware uses this so a cached key costs no extra turns.
+   */
+  checkApiKey(key: string): AuthResult | Promise<AuthResult> {
     if (!looksLikeApiKey(key)) return authFailure('invalid_api_key');
     const hash = hashApiKey(key);
+    const hit = this.byHash.entries.get(hash);
+    if (hit && Date.now() - hit.at < this.opts.keyCacheTtlMs) return this.principalFor(hit.row, 'api_key');
+    return this.loadApiKey(hash);
+  }
+
+  private async loadApiKey(hash: string): Promise<AuthResult> {
     let row: KeyRow | null;
     try {
       row = await this.cached(this.byHash, hash, async () => (await this.store.findByHash(hash)) ?? null);
@@ -139,8 +167,11 @@ export class Authenticator {
 
   /** Forget a key at once on this instance (others follow within the cache TTL). */
   invalidate(row: Pick<KeyRow, 'id' | 'key_hash'>): void {
-    this.byHash.delete(row.key_hash);
-    this.byId.delete(row.id);
+    this.generation++;
+    for (const [cache, k] of [[this.byHash, row.key_hash], [this.byId, row.id]] as const) {
+      cache.entries.delete(k);
+      cache.loading.delete(k); // a lookup already running may predate the revocation
+    }
   }
 
   async close(): Promise<void> {
@@ -153,7 +184,7 @@ export class Authenticator {
     const batch = new Map(this.lastUsed);
     this.lastUsed.clear();
     try {
-      await this.store.touch(batch);
+      await this.store.touch(new Map([...batch].map(([id, t]) => [id, new Date(t)])));
     } catch (err) {
       // Keep the newest time for the next flush; losing it would only make lastUsedAt stale.
       for (const [id, t] of batch) if (!this.lastUsed.has(id)) this.lastUsed.set(id, t);
@@ -166,23 +197,30 @@ export class Authenticator {
     const status = effectiveStatus(row);
     if (status === 'revoked') return authFailure('revoked_api_key');
     if (status === 'expired') return authFailure('expired_api_key');
-    this.lastUsed.set(row.id, new Date());
+    this.lastUsed.set(row.id, Date.now());
     const plan = this.plans.has(row.plan) ? row.plan : 'free';
     return { ok: true, principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via } };
   }
 
-  private async cached(
-    map: Map<string, CacheEntry>,
-    k: string,
-    load: () => Promise<KeyRow | null>,
-  ): Promise<KeyRow | null> {
-    const now = Date.now();
-    const hit = map.get(k);
-    if (hit && now - hit.at < this.opts.keyCacheTtlMs) return hit.row;
-    const row = await load();
-    if (map.size >= this.maxEntries) map.delete(map.keys().next().value as string);
-    map.delete(k);
-    map.set(k, { row, at: now });
+  private async cached(cache: Cache, k: string, load: () => Promise<KeyRow | null>): Promise<KeyRow | null> {
+    const hit = cache.entries.get(k);
+    if (hit && Date.now() - hit.at < this.opts.keyCacheTtlMs) return hit.row;
+    const pending = cache.loading.get(k);
+    if (pending) return pending;
+    // The entry's age counts from when the query started: a revocation committed after that is seen at the next refresh.
+    const started = Date.now();
+    const generation = this.generation;
+    const p = load().finally(() => {
+      if (cache.loading.get(k) === p) cache.loading.delete(k);
+    });
+    cache.loading.set(k, p);
+    const row = await p;
+    if (generation === this.generation && cache.loading.get(k) === undefined) {
+      const { entries } = cache;
+      if (entries.size >= this.maxEntries) entries.delete(entries.keys().next().value as string);
+      entries.delete(k);
+      entries.set(k, { row, at: started });
+    }
     return row;
   }
 }

@@ -1,5 +1,5 @@
 /** API key material: generation, hashing and the shapes derived from a key. */
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 export const KEY_PREFIX = 'sk-';
@@ -27,8 +27,9 @@ export function generateKeyId(): string {
   return 'key_' + randomBytes(12).toString('hex');
 }
 
+/** SHA-256 hex of the key; one-shot `crypto.hash` (no Hash object per call: it runs on every authenticated request). */
 export function hashApiKey(key: string): string {
-  return createHash('sha256').update(key, 'utf8').digest('hex');
+  return hash('sha256', key, 'hex');
 }
 
 export function looksLikeApiKey(key: string): boolean {
@@ -45,7 +46,7 @@ export function lastFourOf(key: string): string {
 
 /** Constant-time comparison of two secrets of any length. */
 export function safeEqual(a: string, b: string): boolean {
-  const ha = createHash('sha256').update(a).digest();
-  const hb = createHash('sha256').update(b).digest();
+  const ha = hash('sha256', a, 'buffer');
+  const hb = hash('sha256', b, 'buffer');
   return timingSafeEqual(ha, hb) && a.length === b.length;
 }

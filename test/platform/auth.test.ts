@@ -103,6 +103,25 @@ describe('authentication of transcription routes (shared/auth)', () => {
     if (!viaToken.ok) expect(viaToken.code).to.equal('revoked_api_key');
   });
 
+  it('looks a key up once for all the requests that find its cache entry stale at the same time', async () => {
+    const { key } = await issueKey(a, { plan: 'pro' });
+    let lookups = 0;
+    const count = (q: { sql: string }) => {
+      if (q.sql.includes('key_hash')) lookups++;
+    };
+    a.deps.db.on('query', count);
+    try {
+      const burst = () => Promise.all(Array.from({ length: 20 }, () => request(a.server).post(TOKEN).set(bearer(key)).expect(200)));
+      await burst();
+      expect(lookups).to.equal(1);
+      await new Promise((r) => setTimeout(r, a.config.auth.keyCacheTtlMs + 50));
+      await burst();
+      expect(lookups).to.equal(2);
+    } finally {
+      a.deps.db.removeListener('query', count);
+    }
+  });
+
   it('keeps lastUsedAt current with batched writes, not one write per request', async () => {
     const { key, id } = await issueKey(a);
     const before = await a.deps.db('api_keys').where({ id }).first();
