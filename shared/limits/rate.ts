@@ -64,11 +64,28 @@ export class RateLimiters {
   }
 
   async consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision> {
+    return this.consumeNow(bucket, owner, perMinute);
+  }
+
+  /**
+   * `consume`, answered without waiting when this instance can decide alone
+   * (a point of its reservation is left): the decision itself, else a promise.
+   * That is almost every request of a busy key, so the HTTP middleware uses it.
+   */
+  consumeNow(bucket: RateBucket, owner: string, perMinute: number): RateDecision | Promise<RateDecision> {
     if (perMinute <= 0) return { allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 };
     const reserveSize = Math.min(this.policy.max, Math.floor(perMinute * this.policy.fraction));
     if (!this.redis || reserveSize <= 1) return this.take(bucket, owner, perMinute, 1);
-
     const k = `${bucket}:${perMinute}:${owner}`;
+    const r = this.reservations.get(k);
+    if (r && r.tokens > 0 && Date.now() < r.until) {
+      r.tokens--;
+      return { allowed: true, retryAfterMs: 0, remaining: r.remaining + r.tokens, limit: perMinute };
+    }
+    return this.reserve(bucket, owner, perMinute, reserveSize, k);
+  }
+
+  private async reserve(bucket: RateBucket, owner: string, perMinute: number, reserveSize: number, k: string): Promise<RateDecision> {
     for (;;) {
       const r = this.reservations.get(k);
       const now = Date.now();
