@@ -4,7 +4,7 @@
  * own status is checked again when the token is used, so a token of a key
  * revoked since is refused.
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { type KeyObject, createHmac, createSecretKey, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** Nonces come from a pool refilled 4 KiB at a time: one getrandom call per 512 tokens, not one per token. */
 let pool = Buffer.alloc(0);
@@ -31,8 +31,15 @@ export interface SessionTokenClaims {
   n: string;
 }
 
+/** The secret as a KeyObject, made once: createHmac would otherwise convert the string on every call. */
+let signingKey: { secret: string; key: KeyObject } | undefined;
+function keyOf(secret: string): KeyObject {
+  if (signingKey?.secret !== secret) signingKey = { secret, key: createSecretKey(secret, 'utf8') };
+  return signingKey.key;
+}
+
 function sign(secret: string, payload: string): Buffer {
-  return createHmac('sha256', secret).update(payload).digest();
+  return createHmac('sha256', keyOf(secret)).update(payload).digest();
 }
 
 export function issueSessionToken(
@@ -44,7 +51,8 @@ export function issueSessionToken(
   const iat = Math.floor(nowMs / 1000);
   const claims: SessionTokenClaims = { kid: keyId, iat, exp: iat + ttlSeconds, n: nonce() };
   const payload = Buffer.from(JSON.stringify(claims)).toString('base64url');
-  return { token: `${SESSION_TOKEN_PREFIX}${payload}.${sign(secret, payload).toString('base64url')}`, claims };
+  const signature = createHmac('sha256', keyOf(secret)).update(payload).digest('base64url');
+  return { token: `${SESSION_TOKEN_PREFIX}${payload}.${signature}`, claims };
 }
 
 /** Returns the claims of a valid, unexpired token, or null. */
