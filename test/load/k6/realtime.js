@@ -4,9 +4,12 @@
 // (speech_stopped -> completed). Loopback only.
 //
 //   k6 run -e URL=ws://127.0.0.1:8081/v1/audio/transcriptions/stream -e KEY=sk-... \
-//          -e WAV=../shared/test-audio/jfk.wav -e VUS=50 -e DURATION_S=30 test/load/k6/realtime.js
+//          -e VUS=50 -e DURATION_S=30 test/load/k6/realtime.js
+// (WAV, relative to this script, defaults to the JFK clip of ../shared/test-audio; the key's plan
+// must allow VUS concurrent connections. Without k6: npx tsx test/load/k6/node-runner.ts, same flags.)
 import { WebSocket } from 'k6/websockets';
 import { Trend, Counter } from 'k6/metrics';
+import { setInterval, setTimeout, clearInterval, clearTimeout } from 'k6/timers';
 
 const URL = __ENV.URL || 'ws://127.0.0.1:8081/v1/audio/transcriptions/stream';
 const KEY = __ENV.KEY;
@@ -22,7 +25,8 @@ const failed = new Counter('rt_failed_utterances');
 
 export const options = {
   scenarios: {
-    stream: { executor: 'constant-vus', vus: Number(__ENV.VUS || 20), duration: `${DURATION_S + 10}s`, gracefulStop: '15s' },
+    // One iteration per VU: it streams for DURATION_S, then drains (gracefulStop covers the drain).
+    stream: { executor: 'constant-vus', vus: Number(__ENV.VUS || 20), duration: `${DURATION_S}s`, gracefulStop: '30s' },
   },
   thresholds: {
     rt_connect_ms: ['p(99)<500'],
@@ -36,8 +40,15 @@ export default function () {
   const ws = new WebSocket(URL, null, { headers: { Authorization: `Bearer ${KEY}` } });
   ws.binaryType = 'arraybuffer';
   const stoppedAt = {};
+  let pending = 0; // utterances stopped and not yet completed
+  let draining = false;
   let off = 0;
   let timer;
+  let drainCap;
+  const finish = () => {
+    clearTimeout(drainCap);
+    ws.close(1000);
+  };
   ws.onopen = () => {
     connectTime.add(Date.now() - t0);
     timer = setInterval(() => {
@@ -46,19 +57,32 @@ export default function () {
       off += FRAME;
     }, 100);
     setTimeout(() => {
+      // Stop the audio, end the open utterance, and wait for what is in flight.
       clearInterval(timer);
-      ws.close(1000);
+      draining = true;
+      ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
+      drainCap = setTimeout(finish, 15000);
     }, DURATION_S * 1000);
   };
   ws.onmessage = (m) => {
     if (typeof m.data !== 'string') return;
     const ev = JSON.parse(m.data);
-    if (ev.type === 'input_audio_buffer.speech_stopped') stoppedAt[ev.utterance_index] = Date.now();
+    if (ev.type === 'input_audio_buffer.speech_stopped') {
+      stoppedAt[ev.utterance_index] = Date.now();
+      pending++;
+    }
     if (ev.type === 'conversation.item.input_audio_transcription.completed') {
       utterances.add(1);
       if (ev.error) failed.add(1);
-      if (stoppedAt[ev.utterance_index] !== undefined) completion.add(Date.now() - stoppedAt[ev.utterance_index]);
+      if (stoppedAt[ev.utterance_index] !== undefined) {
+        completion.add(Date.now() - stoppedAt[ev.utterance_index]);
+        pending--;
+      }
+      if (draining && pending === 0) finish();
     }
   };
-  ws.onclose = () => clearInterval(timer);
+  ws.onclose = () => {
+    clearInterval(timer);
+    clearTimeout(drainCap);
+  };
 }
