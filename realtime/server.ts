@@ -112,15 +112,7 @@ export async function startRealtime(
   const meter = new UsageMeter(deps.db, log);
   const vad =
     opts.vad ??
-    (await createVadService(rt.vad.threads, {
-      modelPath: rt.vad.modelPath,
-      poolWarm: rt.vad.poolWarm,
-      poolMax: rt.vad.poolMax,
-      gateDbfs: rt.vad.gateDbfs,
-      releaseAfterMs: rt.vad.releaseAfterMs,
-      holdDb: rt.vad.holdDb,
-      maxSkip: rt.vad.maxSkip,
-    }));
+    (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
   let stopping = false;
 
@@ -352,7 +344,11 @@ export async function startRealtime(
       stopping = true;
       clearInterval(tick);
       uWS.us_listen_socket_close(listenSocket);
+      // Sessions finish their open utterance and get the transcripts in flight
+      // (bounded by closeDrainMs), then close 1001; usage is written after.
       for (const s of [...sessions]) s.end('goingAway');
+      const drainedBy = Date.now() + rt.closeDrainMs + 1000;
+      while (sessions.size > 0 && Date.now() < drainedBy) await new Promise((r) => setTimeout(r, 20));
       loopDelay.disable();
       await quota.close();
       await meter.drain();

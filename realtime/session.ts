@@ -56,8 +56,6 @@ export const CLOSE = {
 export type CloseKind = keyof typeof CLOSE;
 
 const BYTES_PER_SECOND = 32_000;
-/** Limit closes wait this long for utterances in flight before closing anyway. */
-const DRAIN_MS = 10_000;
 const THROTTLE_EVENT_INTERVAL_MS = 1000;
 
 export const newSessionId = (): string => 'sess_' + randomBytes(12).toString('hex');
@@ -375,9 +373,10 @@ export class RealtimeSession {
           this.deps.onCompleted?.(latency, r.engineMs);
         },
         (err: unknown) => {
-          const e = err as { code?: string; message?: string };
-          // A session that went away aborts its own requests: that is not an upstream failure.
-          if (!abort.signal.aborted || p.timedOut) this.deps.breaker.failure();
+          const e = err as { code?: string; message?: string; retryable?: boolean };
+          // Timeouts count. A session that went away aborts its own requests, and an upstream that
+          // refuses one request (unsupported language: retryable=false) is up: neither is an upstream failure.
+          if (p.timedOut || (!abort.signal.aborted && e.retryable !== false)) this.deps.breaker.failure();
           if (!this.settle(p)) return;
           this.deps.logger.warn({ err, sessionId: this.sessionId, index }, 'utterance transcription failed');
           this.failUtterance(index, base, stoppedAt, e.code ?? 'transcription_failed', e.message ?? 'transcription failed');
@@ -438,9 +437,10 @@ export class RealtimeSession {
   }
 
   /**
-   * Ends the session from the server side. Limit closes (1008, 4408) finish
-   * the open utterance and wait (bounded) for utterances in flight; the others
-   * close at once and report utterances in flight as failed.
+   * Ends the session from the server side. Limit closes (1008, 4408) and the
+   * shutdown close (1001) finish the open utterance and wait (bounded by
+   * REALTIME_CLOSE_DRAIN_MS) for utterances in flight; the others close at
+   * once and report utterances in flight as failed.
    */
   end(kind: CloseKind): void {
     if (this.state !== 'open') {
@@ -450,13 +450,13 @@ export class RealtimeSession {
     const [code, reason] = CLOSE[kind];
     this.closeCode = code;
     this.closeReason = reason;
-    const graceful = code === 1008 || code === 4408 || code === 1000;
+    const graceful = code === 1008 || code === 4408 || code === 1000 || code === 1001;
     if (graceful) {
       this.state = 'draining';
       this.flush();
       if (this.state !== 'draining') return;
       if (this.pending.size === 0 && this.flushing === 0) return this.finalClose();
-      this.drainTimer = setTimeout(() => this.finalClose(), DRAIN_MS);
+      this.drainTimer = setTimeout(() => this.finalClose(), this.deps.config.closeDrainMs);
       return;
     }
     this.finalClose();

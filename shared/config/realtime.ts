@@ -52,12 +52,16 @@ export interface RealtimeConfig {
     modelPath: string;
     /** Windows quieter than this (RMS, dBFS) while no speech is open skip the model entirely. */
     gateDbfs: number;
-    /** Silero instances created at start (each about 8 MB, about 40 ms to create). */
+    /** Per-stream silero states created at start (a few KB each; one model per VAD thread). */
     poolWarm: number;
-    /** Upper bound of silero instances; beyond it streams fall back to the energy detector. */
+    /** Upper bound of streams holding a silero state; beyond it streams fall back to the energy detector. */
     poolMax: number;
-    /** A stream returns its silero instance after this much gated silence. */
+    /** A stream returns its silero state after this much gated silence. */
     releaseAfterMs: number;
+    /** VAD threads: audio waits at most this long so that many streams' windows share one model call. */
+    batchWaitMs: number;
+    /** ... or until this many windows of audio are waiting. */
+    batchWindows: number;
     /** Speech hold (see shared/vad/segmenter.ts): dB above the noise floor that skips the model mid-speech; 0 = off. */
     holdDb: number;
     /** At most this many consecutive windows skipped by the hold. */
@@ -65,6 +69,8 @@ export interface RealtimeConfig {
   };
   /** Allowed upper bound for a session's vadMaxSpeechMs. */
   maxSpeechMsCap: number;
+  /** Graceful closes (limits, shutdown) wait at most this long for utterances in flight. */
+  closeDrainMs: number;
   /** With a remote worker pool, run the speech client in a worker thread (off the WebSocket loop). */
   engineThread: boolean;
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
@@ -85,6 +91,7 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     leaseTtlMs: int(env, 'REALTIME_LEASE_TTL_MS', 15_000, 1000),
     leaseRenewMs: int(env, 'REALTIME_LEASE_RENEW_MS', 5_000, 100),
     tickMs: int(env, 'REALTIME_TICK_MS', 1000, 10),
+    closeDrainMs: int(env, 'REALTIME_CLOSE_DRAIN_MS', 10_000, 0),
     breaker: {
       failureThreshold: int(env, 'REALTIME_BREAKER_FAILURES', 5, 1),
       openMs: int(env, 'REALTIME_BREAKER_OPEN_MS', 10_000, 100),
@@ -111,6 +118,8 @@ export function realtimeConfig(env: Env): RealtimeConfig {
       poolWarm: int(env, 'REALTIME_VAD_POOL_WARM', 2, 0),
       poolMax: int(env, 'REALTIME_VAD_POOL_MAX', 512, 0),
       releaseAfterMs: int(env, 'REALTIME_VAD_RELEASE_MS', 3_000, 0),
+      batchWaitMs: int(env, 'REALTIME_VAD_BATCH_WAIT_MS', 20, 0),
+      batchWindows: int(env, 'REALTIME_VAD_BATCH_WINDOWS', 64, 1),
       holdDb: num(env, 'REALTIME_VAD_HOLD_DB', 6, 0),
       maxSkip: int(env, 'REALTIME_VAD_MAX_SKIP', 4, 0),
     },
