@@ -77,8 +77,9 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     if (stopping) return;
     stopping = true;
     void (async () => {
-      await api.stop();
-      await realtime?.stop();
+      // Together: the realtime process drains its sessions (through the API's
+      // proxy in this mode) while the API finishes its requests in flight.
+      await Promise.all([api.stop(), realtime?.stop()]);
       await pg?.stop();
       process.exit(0);
     })();
