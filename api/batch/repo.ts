@@ -1,6 +1,6 @@
 /** Postgres access for batch workflows: rows in, API shapes out (the presenter lives here too). */
 import type { Knex } from 'knex';
-import type { StepStatus, StepView, WorkflowParams, WorkflowStatus } from './types.js';
+import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
 export interface WorkflowRow {
   id: string;
@@ -19,17 +19,6 @@ export interface WorkflowRow {
   updated_at: Date;
   started_at: Date | null;
   ended_at: Date | null;
-}
-
-interface StepRow {
-  workflow_id: string;
-  name: string;
-  seq: number;
-  status: StepStatus;
-  started_at: Date | null;
-  ended_at: Date | null;
-  attempts: number;
-  error: string | null;
 }
 
 export class WorkflowRepo {
@@ -57,48 +46,8 @@ export class WorkflowRepo {
     return this.createOrGetActive(row);
   }
 
-  /**
-   * Everything a poll answers, in one statement (the workflow of this owner
-   * and its steps, in order): polls are the hottest read of the batch plane.
-   */
-  async pollView(
-    id: string,
-    ownerId: string,
-  ): Promise<
-    | (Pick<WorkflowRow, 'id' | 'request_id' | 'status' | 'error'> & { output: Record<string, unknown> | null; steps: StepView[] })
-    | undefined
-  > {
-    const res = await this.db.raw(
-      `SELECT w.id, w.request_id, w.status, w.error,
-              CASE WHEN w.status = 'complete' THEN w.output END AS output,
-              COALESCE((
-                SELECT json_agg(json_build_object(
-                         'name', s.name,
-                         'status', s.status,
-                         'started_at', ${isoUtc('s.started_at')},
-                         'ended_at', ${isoUtc('s.ended_at')},
-                         'attempts', s.attempts) ORDER BY s.seq)
-                FROM batch_steps s WHERE s.workflow_id = w.id), '[]'::json) AS steps
-       FROM batch_workflows w
-       WHERE w.id = ? AND w.owner_id = ?`,
-      [id, ownerId],
-    );
-    return res.rows[0];
-  }
-
   async get(id: string): Promise<WorkflowRow | undefined> {
     return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
-  }
-
-  async steps(id: string): Promise<StepView[]> {
-    const rows = await this.db<StepRow>('batch_steps').where({ workflow_id: id }).orderBy('seq');
-    return rows.map((r) => ({
-      name: r.name,
-      status: r.status,
-      started_at: r.started_at ? r.started_at.toISOString() : null,
-      ended_at: r.ended_at ? r.ended_at.toISOString() : null,
-      attempts: r.attempts,
-    }));
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */
@@ -217,9 +166,4 @@ export class WorkflowRepo {
   async deliveries(workflowId: string): Promise<Record<string, unknown>[]> {
     return this.db('batch_webhook_deliveries').where({ workflow_id: workflowId }).orderBy('attempt');
   }
-}
-
-/** A timestamptz as JavaScript's toISOString() writes it (UTC, milliseconds, Z), or null. */
-function isoUtc(column: string): string {
-  return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 }

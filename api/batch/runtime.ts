@@ -17,8 +17,9 @@ import type { Principal } from '../../shared/auth/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
-import type { JobRequest, StepView, WorkflowParams, WorkflowStatus } from './types.js';
+import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { type RunnerHooks, Semaphore, WorkflowRunner } from './workflow.js';
 
@@ -43,15 +44,6 @@ export interface JobAccepted {
   poll_endpoint: string;
 }
 
-export interface WorkflowView {
-  workflow_id: string;
-  request_id: string;
-  status: WorkflowStatus;
-  steps: StepView[];
-  output?: Record<string, unknown>;
-  error: { name: string; message: string } | null;
-}
-
 export class BatchRuntime {
   readonly repo: WorkflowRepo;
   readonly store: ArtifactStore;
@@ -61,6 +53,7 @@ export class BatchRuntime {
   private sweeper: NodeJS.Timeout | undefined;
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
+  private polls: PollReader | undefined;
   private readonly log: Logger;
 
   constructor(private readonly d: BatchRuntimeDeps) {
@@ -161,6 +154,7 @@ export class BatchRuntime {
     this.boss = undefined;
     this.starting = undefined;
     if (boss) await boss.stop({ graceful: true, timeout: 5000, wait: true }).catch((err) => this.log.warn({ err }, 'pg-boss stop'));
+    await this.polls?.close();
     await this.store.close();
   }
 
@@ -252,30 +246,15 @@ export class BatchRuntime {
     };
   }
 
-  /** The workflow as the owning tenant sees it; undefined for unknown ids and other tenants' workflows. */
-  async view(ownerId: string, workflowId: string): Promise<WorkflowView | undefined> {
-    const row = await this.repo.pollView(workflowId, ownerId);
-    if (!row) return undefined;
-    const view: WorkflowView = {
-      workflow_id: row.id,
-      request_id: row.request_id,
-      status: row.status,
-      steps: row.steps,
-      error: row.status === 'errored' ? row.error : null,
-    };
-    if (row.status === 'complete' && row.output) {
-      const o = row.output;
-      view.output = {
-        probe: o.probe,
-        slice: o.slice,
-        chunks: o.chunks,
-        aggregate: o.aggregate,
-        review: o.review ?? null,
-        report: o.report,
-        result: o.result,
-      };
-    }
-    return view;
+  /**
+   * The poll response (interface 2.3) of the tenant's workflow as JSON text,
+   * ready-made in Postgres; undefined for unknown ids and other tenants' workflows.
+   */
+  async pollBody(ownerId: string, workflowId: string): Promise<string | undefined> {
+    const cfg = this.d.config;
+    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
+    this.polls ??= new PollReader(cfg.databaseUrl, cfg.batch.pollConnections, this.log);
+    return this.polls.body(workflowId, ownerId);
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */

@@ -58,14 +58,6 @@ export const WORKFLOW_STATUSES: WorkflowStatus[] = [
 
 export type StepStatus = 'queued' | 'running' | 'complete' | 'errored' | 'skipped' | 'waiting';
 
-export interface StepView {
-  name: string;
-  status: StepStatus;
-  started_at: string | null;
-  ended_at: string | null;
-  attempts: number;
-}
-
 /** chunk_{i}.json */
 export interface ChunkCheckpoint {
   index: number;

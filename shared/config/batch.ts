@@ -84,6 +84,8 @@ export interface BatchConfig {
   engineSlots: number;
   /** Attempts per chunk for retryable engine errors. */
   chunkAttempts: number;
+  /** Pipelined Postgres connections of one API process that serve polls. */
+  pollConnections: number;
   /** Audio download caps. */
   maxAudioBytes: number;
   fetchTimeoutMs: number;
@@ -121,6 +123,7 @@ export function batchConfig(env: Env): BatchConfig {
     sweepIntervalMs: int(env, 'BATCH_SWEEP_INTERVAL_MS', 10_000, 100),
     engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),
     chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
+    pollConnections: int(env, 'BATCH_POLL_CONNECTIONS', 2, 1),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
     decodeTimeoutMs: int(env, 'BATCH_DECODE_TIMEOUT_MS', 10 * 60_000, 100),

@@ -89,10 +89,12 @@ export function deprecatedJsonSubmit(deps: AppDeps): Middleware {
 export function pollHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const id = ctx.params.workflowId as string;
-    const view = WORKFLOW_ID_RE.test(id) ? await batchRuntime(deps).view(ctx.state.principal.ownerId, id) : undefined;
-    if (!view) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
+    const body = WORKFLOW_ID_RE.test(id) ? await batchRuntime(deps).pollBody(ctx.state.principal.ownerId, id) : undefined;
+    if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
-    ctx.body = view;
+    // Already JSON text (rendered in Postgres): sent as it is.
+    ctx.type = 'application/json';
+    ctx.body = body;
   };
 }
 

@@ -1,0 +1,116 @@
+/**
+ * Polls read the response kept ready-made on the workflow row (poll_body,
+ * kept current by triggers) and are read in batches: the body must follow
+ * every step and status write, also when steps are written concurrently, and
+ * each poll of a batch must get its own tenant's answer.
+ */
+import { expect } from 'chai';
+import request from 'supertest';
+import { createBatchTestApp, issueKey, type BatchTestApp } from './helpers.js';
+
+describe('batch: polls served from the ready-made body', function () {
+  this.timeout(30_000);
+  let t: BatchTestApp;
+  let keyA: string;
+  let keyB: string;
+  before(async () => {
+    t = await createBatchTestApp({ DB_POOL_MAX: '12' }, { start: false });
+    keyA = (await issueKey(t, { ownerId: 'tenant-a', plan: 'pro' })).key;
+    keyB = (await issueKey(t, { ownerId: 'tenant-b', plan: 'pro' })).key;
+  });
+  after(async () => t?.close());
+
+  const submit = async (key: string) => {
+    const r = await request(t.server).post('/v1/audio/transcriptions/jobs').set('authorization', `Bearer ${key}`).send({ audio_url: 'https://example.com/a.mp3' });
+    expect(r.status).to.equal(202);
+    return r.body.workflow_id as string;
+  };
+  const poll = (key: string, id: string, path = `/v1/audio/transcriptions/jobs/${id}`) =>
+    request(t.server).get(path).set('authorization', `Bearer ${key}`);
+
+  it('follows concurrent step writes, status changes and the output of a completed workflow', async () => {
+    const id = await submit(keyA);
+    const repo = t.runtime.repo;
+    const owner = 'test-runner';
+    expect(await repo.acquire(id, owner, 30)).to.not.equal(undefined);
+    expect((await poll(keyA, id)).body).to.deep.include({ status: 'running', steps: [] });
+
+    // Chunks written from many connections at once: the last render must see them all.
+    const names = Array.from({ length: 24 }, (_, i) => `transcribe_chunk_${i}`);
+    await Promise.all(
+      names.map(async (name, i) => {
+        await repo.stepStart(id, name, 100 + i);
+        await repo.stepSet(id, name, 100 + i, i % 5 === 0 ? 'waiting' : 'complete', i % 5 === 0 ? 'busy' : undefined);
+      }),
+    );
+    const mid = await poll(keyA, id);
+    expect(mid.status).to.equal(200);
+    expect(mid.headers['content-type']).to.match(/^application\/json/);
+    expect(mid.headers['cache-control']).to.equal('no-store');
+    expect(mid.body.steps.map((s: { name: string }) => s.name)).to.deep.equal(names);
+    for (const [i, s] of (mid.body.steps as { status: string; attempts: number; started_at: string; ended_at: string | null }[]).entries()) {
+      expect(s).to.have.all.keys('name', 'status', 'started_at', 'ended_at', 'attempts');
+      expect(s.status).to.equal(i % 5 === 0 ? 'waiting' : 'complete');
+      expect(s.attempts).to.equal(1);
+      expect(new Date(s.started_at).toISOString()).to.equal(s.started_at);
+      if (s.status === 'complete') expect(new Date(s.ended_at!).toISOString()).to.equal(s.ended_at);
+      else expect(s.ended_at).to.equal(null);
+    }
+
+    // Output stays hidden until complete; then only the listed step outputs show.
+    await repo.saveOutput(id, { probe: { duration_seconds: 1.5 }, slice: { slices: [] }, internal: { x: 1 } });
+    expect((await poll(keyA, id)).body).to.not.have.property('output');
+    await repo.saveOutput(id, { chunks: [], aggregate: { num_segments: 0 }, review: null, report: { runs: 1 }, result: { text: 'hello', segments: [] } });
+    expect(await repo.finish(id, owner, 'complete')).to.equal(true);
+    const done = await poll(keyA, id, `/${id}`);
+    expect(done.body.status).to.equal('complete');
+    expect(done.body.error).to.equal(null);
+    expect(done.body.output).to.deep.equal({
+      probe: { duration_seconds: 1.5 },
+      slice: { slices: [] },
+      chunks: [],
+      aggregate: { num_segments: 0 },
+      review: null,
+      report: { runs: 1 },
+      result: { text: 'hello', segments: [] },
+    });
+
+    // A step written after completion (the webhook) shows too.
+    await repo.stepSet(id, 'webhook', 10_000, 'waiting');
+    const after = await poll(keyA, id, `/v1/audio/transcriptions/${id}`);
+    expect(after.body.steps.at(-1)).to.include({ name: 'webhook', status: 'waiting' });
+    expect(after.body.output.result.text).to.equal('hello');
+  });
+
+  it('an errored workflow shows error {name, message} and no output', async () => {
+    const id = await submit(keyA);
+    await t.runtime.repo.acquire(id, 'test-runner', 30);
+    await t.runtime.repo.finish(id, 'test-runner', 'errored', { name: 'AudioFetchError', message: 'HTTP 404' });
+    const r = await poll(keyA, id);
+    expect(r.body).to.deep.include({ status: 'errored', error: { name: 'AudioFetchError', message: 'HTTP 404' } });
+    expect(r.body).to.not.have.property('output');
+  });
+
+  it('answers each poll of a batch read together for its own tenant', async () => {
+    const [a1, a2, b1] = [await submit(keyA), await submit(keyA), await submit(keyB)];
+    const unknown = `cf_${'e'.repeat(64)}`;
+    const cases: [string, string, number][] = [
+      [keyA, a1, 200],
+      [keyB, a1, 404],
+      [keyA, a2, 200],
+      [keyB, b1, 200],
+      [keyA, b1, 404],
+      [keyA, unknown, 404],
+      [keyB, b1, 200],
+      [keyA, a1, 200],
+    ];
+    // Sent together so that they land in the same event-loop turns of the server.
+    const results = await Promise.all(Array.from({ length: 5 }, () => cases.map(([key, id]) => poll(key, id))).flat());
+    results.forEach((r, n) => {
+      const [, id, status] = cases[n % cases.length];
+      expect(r.status, `${n}`).to.equal(status);
+      if (status === 200) expect(r.body.workflow_id).to.equal(id);
+      else expect(r.body.error).to.be.a('string');
+    });
+  });
+});
