@@ -20,7 +20,7 @@
  * - with `vad` off every window counts as speech: only flush and the maximum
  *   length end an utterance.
  */
-import { WINDOW_SAMPLES, SAMPLE_RATE, type WindowClassifier } from './silero.js';
+import { WINDOW_SAMPLES, SAMPLE_RATE, isDeferred, type DeferredClassifier, type WindowClassifier } from './silero.js';
 
 export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
 export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
@@ -77,6 +77,13 @@ export interface SegmenterOptions {
    */
   holdDb?: number;
   maxSkip?: number;
+  /**
+   * Batched model calls (VAD threads): a window that needs the model is
+   * queued on the classifier's model and the stream waits (`blocked`) until
+   * the owner has run the model and called `resume()`. Only with classifiers
+   * that support it (silero.ts); otherwise every call is synchronous.
+   */
+  deferred?: boolean;
 }
 
 /** Fallback speech test when no model is available: this many dB above the gate. */
@@ -85,6 +92,8 @@ const ENERGY_FALLBACK_MARGIN_DB = 15;
 const TARGET_PAUSE_MS = 160;
 
 const EMPTY = Buffer.alloc(0);
+/** classify(): the window waits for a batched model call. */
+const WAIT = Symbol('wait');
 const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
 
 interface Win {
@@ -104,6 +113,9 @@ export class Segmenter {
   private readonly gateRms: number;
   private readonly fallbackRms: number;
   private readonly releaseAfterW: number;
+  private readonly deferred: boolean;
+  /** Window waiting for a batched model call (deferred mode). */
+  private awaiting: Win | null = null;
 
   private remainder: Buffer = EMPTY;
   private readonly scratch = new Float32Array(WINDOW_SAMPLES);
@@ -140,11 +152,13 @@ export class Segmenter {
     this.releaseAfterW = ms2w(opts.releaseAfterMs);
     this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
     this.maxSkip = opts.maxSkip ?? 2;
+    this.deferred = opts.deferred ?? false;
     this.configure(settings);
   }
 
   /** New settings apply from the next window on (an open utterance keeps its audio). */
   configure(s: SegmenterSettings): void {
+    this.assertNotBlocked();
     this.settings = { ...s };
     this.silenceW = Math.max(1, ms2w(s.silenceMs));
     this.prefixW = ms2w(s.prefixMs);
@@ -168,23 +182,65 @@ export class Segmenter {
     return this.classifier !== null;
   }
 
+  /**
+   * Deferred mode: a window waits for the model. Until the owner runs the
+   * model and calls `resume()`, `push` only queues audio, and `flush` and
+   * `configure` must not be called.
+   */
+  get blocked(): boolean {
+    return this.awaiting !== null;
+  }
+
   /** Feed PCM16LE bytes (any even length). */
   push(pcm: Buffer): SegmenterEvent[] {
     const out: SegmenterEvent[] = [];
     // One copy per frame (the caller's buffer, a uWS ArrayBuffer, is only valid during the call);
     // windows are views into it.
-    const buf = this.remainder.length > 0 ? Buffer.concat([this.remainder, pcm]) : Buffer.from(pcm);
-    this.remainder = EMPTY;
-    let off = 0;
-    while (buf.length - off >= WINDOW_BYTES) {
-      this.window(buf.subarray(off, off + WINDOW_BYTES), out);
-      off += WINDOW_BYTES;
-    }
-    if (off < buf.length) this.remainder = buf.subarray(off);
+    this.remainder = this.remainder.length > 0 ? Buffer.concat([this.remainder, pcm]) : Buffer.from(pcm);
+    if (!this.awaiting) this.advance(out);
     return out;
   }
 
+  /** Deferred mode: the model has run; finishes the waiting window and goes on with queued audio. */
+  resume(): SegmenterEvent[] {
+    const out: SegmenterEvent[] = [];
+    const w = this.awaiting;
+    if (!w) return out;
+    this.awaiting = null;
+    // The classifier may have been handed back meanwhile only by close(); then nothing follows.
+    const c = this.classifier as DeferredClassifier | null;
+    if (!c) return out;
+    this.afterModel(w, c.take());
+    this.afterClassify(w, out);
+    this.advance(out);
+    return out;
+  }
+
+  /** Windows of the queued audio, until one has to wait for the model. */
+  private advance(out: SegmenterEvent[]): void {
+    const buf = this.remainder;
+    let off = 0;
+    while (buf.length - off >= WINDOW_BYTES) {
+      const pcm = buf.subarray(off, off + WINDOW_BYTES);
+      off += WINDOW_BYTES;
+      const w: Win = { pcm, rms: this.rmsOf(pcm), speech: false };
+      const speech = this.classify(w);
+      if (speech === WAIT) {
+        this.awaiting = w;
+        break;
+      }
+      w.speech = speech;
+      this.afterClassify(w, out);
+    }
+    this.remainder = off < buf.length ? buf.subarray(off) : EMPTY;
+  }
+
+  private assertNotBlocked(): void {
+    if (this.awaiting) throw new Error('segmenter: a window is waiting for the model (resume() first)');
+  }
+
   flush(): SegmenterEvent[] {
+    this.assertNotBlocked();
     const out: SegmenterEvent[] = [];
     const tail = this.remainder;
     this.remainder = EMPTY;
@@ -202,6 +258,8 @@ export class Segmenter {
 
   /** Release the model (session closed). */
   close(): void {
+    this.awaiting = null;
+    this.remainder = EMPTY;
     this.dropClassifier();
     this.cur = [];
     this.prefix = [];
@@ -235,7 +293,7 @@ export class Segmenter {
     return Math.sqrt(sum / n);
   }
 
-  private classify(w: Win): boolean {
+  private classify(w: Win): boolean | typeof WAIT {
     this.windows++;
     if (!this.settings.vad) return true;
     const idle = !this.open && this.cur.length === 0;
@@ -265,13 +323,23 @@ export class Segmenter {
     let speech: boolean;
     if (this.classifier) {
       this.modelCalls++;
-      speech = this.classifier.isSpeech(this.scratch);
+      if (this.deferred && isDeferred(this.classifier)) {
+        if (!this.classifier.submit(this.scratch)) return WAIT;
+        speech = this.classifier.take();
+      } else {
+        speech = this.classifier.isSpeech(this.scratch);
+      }
     } else {
       speech = w.rms >= this.fallbackRms;
     }
+    this.afterModel(w, speech);
+    return speech;
+  }
+
+  private afterModel(w: Win, speech: boolean): void {
+    w.speech = speech;
     this.lastModelSpeech = speech;
     if (!speech) this.trackFloor(w.rms);
-    return speech;
   }
 
   private trackFloor(rms: number): void {
@@ -279,10 +347,8 @@ export class Segmenter {
     this.noiseFloor = this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
   }
 
-  private window(pcm: Buffer, out: SegmenterEvent[]): void {
-    const rms = this.rmsOf(pcm);
-    const w: Win = { pcm, rms, speech: false };
-    w.speech = this.classify(w);
+  /** The utterance policy for one classified window. */
+  private afterClassify(w: Win, out: SegmenterEvent[]): void {
     this.pos++;
 
     if (!this.open) {

@@ -17,7 +17,7 @@ import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { SileroPool } from './silero.js';
+import { SileroPool, type PoolStats } from './silero.js';
 import { Segmenter, type SegmenterEvent, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
 
 export type VadEvent = SegmenterEvent | { type: 'flushed' };
@@ -33,7 +33,7 @@ export interface VadStats {
   mode: 'inline' | 'threads';
   streams: number;
   threads: number;
-  models: { created: number; inUse: number; idle: number };
+  models: PoolStats;
 }
 
 export interface VadService {
@@ -49,6 +49,13 @@ export interface VadServiceOptions extends SegmenterOptions {
   modelPath: string;
   poolWarm: number;
   poolMax: number;
+  /**
+   * VAD threads: how long arriving audio may wait so that the windows of many
+   * streams share one model call (0 = every turn of the thread's loop).
+   */
+  batchWaitMs?: number;
+  /** ... unless this many windows of audio are already waiting. */
+  batchWindows?: number;
 }
 
 export class InlineVad implements VadService {
@@ -79,7 +86,7 @@ export class InlineVad implements VadService {
   }
 
   stats(): VadStats {
-    return { mode: 'inline', streams: this.streams, threads: 0, models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0 } };
+    return { mode: 'inline', streams: this.streams, threads: 0, models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
   }
 
   async close(): Promise<void> {}
@@ -103,7 +110,7 @@ export interface ToThreadBatch {
 
 export interface FromThread {
   events?: [number, VadEvent[]][];
-  stats?: { created: number; inUse: number; idle: number };
+  stats?: PoolStats;
   ready?: boolean;
 }
 
@@ -130,7 +137,7 @@ interface Lane {
   stage: Buffer | null;
   staged: number;
   streams: number;
-  models: { created: number; inUse: number; idle: number };
+  models: PoolStats;
 }
 
 export class ThreadedVad implements VadService {
@@ -170,7 +177,7 @@ export class ThreadedVad implements VadService {
     await Promise.all(
       Array.from({ length: threads }, async () => {
         const worker = startThread(perThread);
-        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0 } };
+        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
         await new Promise<void>((resolve, reject) => {
           worker.once('error', reject);
           worker.on('message', (m: FromThread) => {
@@ -253,12 +260,8 @@ export class ThreadedVad implements VadService {
   }
 
   stats(): VadStats {
-    const models = { created: 0, inUse: 0, idle: 0 };
-    for (const l of this.lanes) {
-      models.created += l.models.created;
-      models.inUse += l.models.inUse;
-      models.idle += l.models.idle;
-    }
+    const models: PoolStats = { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 };
+    for (const l of this.lanes) for (const k of Object.keys(models) as (keyof PoolStats)[]) models[k] += l.models[k];
     return { mode: 'threads', streams: this.handlers.size, threads: this.lanes.length, models };
   }
 

@@ -1,17 +1,29 @@
 /**
- * Silero VAD v5 through sherpa-onnx-node. The model file ships inside the npm
- * package @ricky0123/vad-web (silero_vad_v5.onnx, MIT licence, (c) Silero Team).
+ * Silero VAD v5 through ONNX Runtime (onnxruntime-node's native CPU binding),
+ * batched across streams. The model file ships inside the npm package
+ * @ricky0123/vad-web (silero_vad_v5.onnx, MIT licence, (c) Silero Team).
  *
- * sherpa's `Vad` is stateful per stream and costs about 8 MB and 40 ms to
- * create (one ONNX Runtime session each), so instances are pooled: a stream
- * holds one only while it hears something above the energy gate, and hands it
- * back (reset) after a few seconds of gated silence. Silent streams therefore
- * cost neither memory nor model time.
+ * One `SileroModel` (one ONNX Runtime session) serves every stream of a
+ * thread. Each stream's classifier (`SileroStream`) holds only what silero
+ * carries from one window to the next: the LSTM state (2 x 128 floats), the
+ * previous window, and the speech hysteresis. A stream either asks for its
+ * flag at once (`isSpeech`, one model call of batch 1) or queues its window
+ * (`submit`) so that the windows of many streams are classified by one model
+ * call (`SileroModel.run`, batch N): in one call the model's weights are read
+ * once for all the streams, which is what makes hundreds of streams fit on a
+ * core (measured in test/bench/realtime/silero-batch.ts).
  *
- * We use sherpa as a per-window classifier: its own segmentation is disabled
- * (one-window min silence/speech) and `isDetected()` after each 512-sample window is
- * the speech flag, with silero's usual hysteresis (threshold to enter,
- * threshold - 0.15 to stay). Utterance policy lives in segmenter.ts.
+ * The flags are those of sherpa-onnx's `Vad` (used before) configured as a
+ * per-window classifier (one-window min speech/silence), window for window:
+ * - the model sees 576 samples: the previous 512-sample window plus the first
+ *   64 samples of the current one, so a stream's first window after a reset
+ *   is not classified (false);
+ * - silero's hysteresis: two windows above `threshold` enter speech, two
+ *   windows at or below `threshold - 0.15` leave it.
+ * (Checked against sherpa on the test clips by the benchmark above.)
+ *
+ * Classifiers are pooled only for accounting and the `max` bound: a stream
+ * holds one while it hears something above the energy gate (segmenter.ts).
  */
 import { createRequire } from 'node:module';
 import { existsSync } from 'node:fs';
@@ -21,19 +33,14 @@ const require = createRequire(import.meta.url);
 /** Samples per model window at 16 kHz (32 ms), fixed by silero v5. */
 export const WINDOW_SAMPLES = 512;
 export const SAMPLE_RATE = 16_000;
-/** sherpa's per-instance sample buffer. */
-const BUFFER_SECONDS = 4;
-/** Detected windows between flushes of sherpa's segment buffer (~3.2 s, inside BUFFER_SECONDS). */
-const FLUSH_EVERY = 100;
-
-interface SherpaVad {
-  acceptWaveform(samples: Float32Array): void;
-  isDetected(): boolean;
-  isEmpty(): boolean;
-  pop(): void;
-  reset(): void;
-  flush(): void;
-}
+/** Samples of the next window the model sees after the current one (silero v5 at 16 kHz). */
+const OVERLAP = 64;
+const INPUT = WINDOW_SAMPLES + OVERLAP;
+/** LSTM state per stream: 2 x [1, 128]. */
+const HIDDEN = 128;
+/** Hysteresis lengths in samples: one window (as sherpa with 0.032 s min speech/silence). */
+const MIN_SPEECH_SAMPLES = WINDOW_SAMPLES;
+const MIN_SILENCE_SAMPLES = WINDOW_SAMPLES;
 
 export interface WindowClassifier {
   /** Speech flag for one 512-sample window (float samples in [-1, 1]). */
@@ -42,105 +49,324 @@ export interface WindowClassifier {
   release(): void;
 }
 
+/**
+ * A classifier whose windows can wait for a batched model call: `submit`
+ * queues the window (or answers at once, returning true, when no model call
+ * is needed); after the owner's `SileroModel.run()`, `take()` gives the flag.
+ */
+export interface DeferredClassifier extends WindowClassifier {
+  submit(window: Float32Array): boolean;
+  take(): boolean;
+}
+
+export function isDeferred(c: WindowClassifier): c is DeferredClassifier {
+  return typeof (c as DeferredClassifier).submit === 'function';
+}
+
+// ---- ONNX Runtime binding ----------------------------------------------------------------------
+
+interface OrtTensor {
+  data: Float32Array | BigInt64Array;
+  dims: readonly number[];
+}
+interface OrtSession {
+  loadModel(path: string, options: Record<string, unknown>): void;
+  run(feeds: Record<string, OrtTensor>, fetches: Record<string, OrtTensor | null>, options: Record<string, unknown>): Record<string, OrtTensor>;
+  dispose(): void;
+}
+interface Ort {
+  Tensor: new (type: string, data: Float32Array | BigInt64Array, dims: readonly number[]) => OrtTensor;
+  newSession(): OrtSession;
+}
+
+let ort: Ort | null = null;
+/**
+ * onnxruntime-node's public `run` is a Promise resolved from a setImmediate around a
+ * synchronous native call; the segmenter needs the flag synchronously (and a batch
+ * per turn costs no extra turn), so the native session is used directly. The package
+ * version is pinned in package.json for this reason.
+ */
+function loadOrt(): Ort {
+  if (ort) return ort;
+  const common = require('onnxruntime-node') as { Tensor: Ort['Tensor'] };
+  const b = require('onnxruntime-node/dist/binding.js') as {
+    initOrt(): void;
+    binding: { InferenceSession: new () => OrtSession };
+  };
+  b.initOrt();
+  ort = { Tensor: common.Tensor, newSession: () => new b.binding.InferenceSession() };
+  return ort;
+}
+
+// ---- model ---------------------------------------------------------------------------------------
+
+/** One ONNX Runtime session classifying the queued windows of many streams per call. */
+export class SileroModel {
+  private readonly session: OrtSession;
+  private readonly ort: Ort;
+  private readonly sr: OrtTensor;
+  private queue: SileroStream[] = [];
+  private input = new Float32Array(0);
+  private state = new Float32Array(0);
+  /** Model calls and windows classified, for measurements. */
+  calls = 0;
+  windows = 0;
+
+  constructor(modelPath: string) {
+    if (!existsSync(modelPath)) throw new Error(`silero VAD model not found at ${modelPath}`);
+    this.ort = loadOrt();
+    this.session = this.ort.newSession();
+    this.session.loadModel(modelPath, {
+      // One thread: the realtime process spreads streams over VAD threads itself.
+      intraOpNumThreads: 1,
+      interOpNumThreads: 1,
+      executionMode: 'sequential',
+      graphOptimizationLevel: 'all',
+    });
+    this.sr = new this.ort.Tensor('int64', BigInt64Array.from([BigInt(SAMPLE_RATE)]), []);
+  }
+
+  /** Windows waiting for `run()`. */
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  enqueue(s: SileroStream): void {
+    this.queue.push(s);
+  }
+
+  /** Classifies every queued window in one model call. */
+  run(): void {
+    const q = this.queue;
+    const n = q.length;
+    if (n === 0) return;
+    this.queue = [];
+    if (this.input.length < n * INPUT) {
+      const cap = Math.max(n, 2 * (this.input.length / INPUT), 8);
+      this.input = new Float32Array(cap * INPUT);
+      this.state = new Float32Array(cap * 2 * HIDDEN);
+    }
+    const input = n * INPUT === this.input.length ? this.input : this.input.subarray(0, n * INPUT);
+    const state = 2 * n * HIDDEN === this.state.length ? this.state : this.state.subarray(0, 2 * n * HIDDEN);
+    // state is [2, n, 128]: layer-major.
+    const layer = n * HIDDEN;
+    for (let i = 0; i < n; i++) {
+      const s = q[i];
+      input.set(s.x, i * INPUT);
+      state.set(s.h.subarray(0, HIDDEN), i * HIDDEN);
+      state.set(s.h.subarray(HIDDEN), layer + i * HIDDEN);
+    }
+    const out = this.session.run(
+      {
+        input: new this.ort.Tensor('float32', input, [n, INPUT]),
+        state: new this.ort.Tensor('float32', state, [2, n, HIDDEN]),
+        sr: this.sr,
+      },
+      { output: null, stateN: null },
+      {},
+    );
+    const prob = out.output.data as Float32Array;
+    const next = out.stateN.data as Float32Array;
+    for (let i = 0; i < n; i++) {
+      const s = q[i];
+      s.h.set(next.subarray(i * HIDDEN, (i + 1) * HIDDEN), 0);
+      s.h.set(next.subarray(layer + i * HIDDEN, layer + (i + 1) * HIDDEN), HIDDEN);
+      s.resolve(prob[i]);
+    }
+    this.calls++;
+    this.windows += n;
+  }
+
+  close(): void {
+    this.session.dispose();
+  }
+}
+
+/** One stream's silero: LSTM state, previous window, hysteresis. */
+export class SileroStream implements DeferredClassifier {
+  /** The queued model input: previous window + OVERLAP samples of the current one. */
+  readonly x = new Float32Array(INPUT);
+  /** The last window submitted. */
+  private readonly prev = new Float32Array(WINDOW_SAMPLES);
+  /** LSTM state, layer 0 then layer 1. */
+  readonly h = new Float32Array(2 * HIDDEN);
+  private hasPrev = false;
+  private thresholdF = 0.5;
+  private triggered = false;
+  private currentSample = 0;
+  private tempStart = 0;
+  private tempEnd = 0;
+  private result = false;
+  private waiting = false;
+  /** Released while its window was queued: handed back once the model has run. */
+  private releaseAfterRun = false;
+
+  constructor(
+    private readonly model: SileroModel,
+    threshold: number,
+    private readonly onRelease: (s: SileroStream) => void = () => {},
+  ) {
+    this.setThreshold(threshold);
+  }
+
+  setThreshold(threshold: number): void {
+    // sherpa keeps the threshold as a C float.
+    this.thresholdF = Math.fround(threshold);
+  }
+
+  reset(): void {
+    this.h.fill(0);
+    this.hasPrev = false;
+    this.triggered = false;
+    this.currentSample = 0;
+    this.tempStart = 0;
+    this.tempEnd = 0;
+    this.result = false;
+    this.waiting = false;
+    this.releaseAfterRun = false;
+  }
+
+  submit(window: Float32Array): boolean {
+    if (!this.hasPrev) {
+      // Nothing to classify yet: the model's input ends OVERLAP samples into the next window.
+      this.prev.set(window);
+      this.hasPrev = true;
+      this.result = false;
+      return true;
+    }
+    this.x.set(this.prev, 0);
+    this.x.set(window.subarray(0, OVERLAP), WINDOW_SAMPLES);
+    this.prev.set(window);
+    this.waiting = true;
+    this.model.enqueue(this);
+    return false;
+  }
+
+  take(): boolean {
+    if (this.waiting) throw new Error('silero: take() before the model ran');
+    return this.result;
+  }
+
+  isSpeech(window: Float32Array): boolean {
+    if (!this.submit(window)) this.model.run();
+    return this.take();
+  }
+
+  release(): void {
+    if (this.waiting) this.releaseAfterRun = true;
+    else this.onRelease(this);
+  }
+
+  /** Called by the model with this window's speech probability (the state is already updated). */
+  resolve(prob: number): void {
+    this.waiting = false;
+    this.result = this.hysteresis(prob);
+    if (this.releaseAfterRun) {
+      this.releaseAfterRun = false;
+      this.onRelease(this);
+    }
+  }
+
+  private hysteresis(prob: number): boolean {
+    const th = this.thresholdF;
+    this.currentSample += WINDOW_SAMPLES;
+    if (prob > th && this.tempEnd !== 0) this.tempEnd = 0;
+    if (prob > th && this.tempStart === 0) {
+      this.tempStart = this.currentSample;
+      return false;
+    }
+    if (prob > th && this.tempStart !== 0 && !this.triggered) {
+      if (this.currentSample - this.tempStart < MIN_SPEECH_SAMPLES) return false;
+      this.triggered = true;
+      return true;
+    }
+    if (prob < th && !this.triggered) {
+      this.tempStart = 0;
+      this.tempEnd = 0;
+      return false;
+    }
+    if (prob > th - 0.15 && this.triggered) return true;
+    if (prob > th && !this.triggered) {
+      this.triggered = true;
+      return true;
+    }
+    if (prob < th && this.triggered) {
+      if (this.tempEnd === 0) this.tempEnd = this.currentSample;
+      if (this.currentSample - this.tempEnd < MIN_SILENCE_SAMPLES) return true;
+      this.tempStart = 0;
+      this.tempEnd = 0;
+      this.triggered = false;
+      return false;
+    }
+    return false;
+  }
+}
+
 export interface SileroPoolOptions {
   modelPath: string;
-  /** Instances created up front. */
+  /** Classifiers created up front. */
   warm: number;
-  /** Never more instances than this (in use + idle). */
+  /** Never more classifiers than this (in use + idle); beyond it streams fall back to the energy detector. */
   max: number;
 }
 
+export interface PoolStats {
+  /** Per-stream classifiers: created, held by a stream, free. */
+  created: number;
+  inUse: number;
+  idle: number;
+  /** Model calls so far and windows they classified (windows / calls = mean batch). */
+  calls: number;
+  windows: number;
+}
+
+/** Per-stream classifiers over one shared model. */
 export class SileroPool {
-  private readonly idle = new Map<number, SherpaVad[]>();
+  readonly model: SileroModel;
+  private readonly idle: SileroStream[] = [];
   private created = 0;
   private inUse = 0;
-  private readonly sherpa: { Vad: new (config: unknown, bufferSeconds: number) => SherpaVad };
 
   constructor(private readonly opts: SileroPoolOptions) {
-    if (!existsSync(opts.modelPath)) throw new Error(`silero VAD model not found at ${opts.modelPath}`);
-    this.sherpa = require('sherpa-onnx-node') as typeof this.sherpa;
-    for (let i = 0; i < opts.warm && i < opts.max; i++) this.stash(0.5, this.create(0.5));
+    this.model = new SileroModel(opts.modelPath);
+    for (let i = 0; i < opts.warm && i < opts.max; i++) this.idle.push(this.create());
   }
 
-  get stats(): { created: number; inUse: number; idle: number } {
-    let idle = 0;
-    for (const l of this.idle.values()) idle += l.length;
-    return { created: this.created, inUse: this.inUse, idle };
+  get stats(): PoolStats {
+    return { created: this.created, inUse: this.inUse, idle: this.idle.length, calls: this.model.calls, windows: this.model.windows };
   }
 
-  private create(threshold: number): SherpaVad {
+  private create(): SileroStream {
     this.created++;
-    return new this.sherpa.Vad(
-      {
-        sileroVad: {
-          model: this.opts.modelPath,
-          threshold,
-          // One window each: zero makes sherpa's silero start late and sometimes never end.
-          minSilenceDuration: 0.032,
-          minSpeechDuration: 0.032,
-          windowSize: WINDOW_SAMPLES,
-          maxSpeechDuration: 60,
-        },
-        sampleRate: SAMPLE_RATE,
-        numThreads: 1,
-        provider: 'cpu',
-        debug: 0,
-      },
-      // sherpa keeps the open segment's samples here; isSpeech() flushes them every few seconds.
-      BUFFER_SECONDS,
-    );
+    return new SileroStream(this.model, 0.5, (s) => this.giveBack(s));
   }
 
-  private stash(threshold: number, vad: SherpaVad): void {
-    const key = Math.round(threshold * 100);
-    let list = this.idle.get(key);
-    if (!list) this.idle.set(key, (list = []));
-    list.push(vad);
+  private giveBack(s: SileroStream): void {
+    this.inUse--;
+    s.reset();
+    this.idle.push(s);
   }
 
   /** A classifier for one stream, or null when the pool is exhausted. */
-  acquire(threshold: number): WindowClassifier | null {
-    const key = Math.round(threshold * 100);
-    let vad = this.idle.get(key)?.pop();
-    if (!vad) {
-      if (this.created >= this.opts.max) {
-        // Re-purpose an idle instance of another threshold before giving up.
-        for (const [k, list] of this.idle) {
-          if (list.length > 0 && k !== key) {
-            list.pop();
-            this.created--;
-            break;
-          }
-        }
-        if (this.created >= this.opts.max) return null;
-      }
-      vad = this.create(key / 100);
+  acquire(threshold: number): DeferredClassifier | null {
+    let s = this.idle.pop();
+    if (!s) {
+      if (this.created >= this.opts.max) return null;
+      s = this.create();
     }
     this.inUse++;
-    const held = vad;
+    s.setThreshold(threshold);
     let released = false;
-    let detected = 0;
+    const held = s;
+    // A handle per acquisition, so that a second release() of a stale handle is harmless.
     return {
-      isSpeech: (window) => {
-        held.acceptWaveform(window);
-        // Segments are not used; drop them so sherpa's buffer does not grow.
-        while (!held.isEmpty()) held.pop();
-        const speech = held.isDetected();
-        // Long speech would grow sherpa's buffer (it keeps the open segment's samples). Flushing
-        // cuts its segment without touching the model state: the next window re-opens it, and the
-        // flags are identical (checked on the longest test clip).
-        if (speech && ++detected % FLUSH_EVERY === 0) {
-          held.flush();
-          while (!held.isEmpty()) held.pop();
-        }
-        return speech;
-      },
+      submit: (w) => held.submit(w),
+      take: () => held.take(),
+      isSpeech: (w) => held.isSpeech(w),
       release: () => {
         if (released) return;
         released = true;
-        this.inUse--;
-        held.reset();
-        this.stash(key / 100, held);
+        held.release();
       },
     };
   }

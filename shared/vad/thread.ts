@@ -1,81 +1,138 @@
 /**
- * A VAD worker thread (see service.ts): its own silero pool and one segmenter
- * per stream. Receives batches of operations, answers with batched events.
+ * A VAD worker thread (see service.ts): one silero model (an ONNX Runtime
+ * session) for all its streams, one segmenter per stream. Receives batches of
+ * operations, answers with batched events.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { SileroPool } from './silero.js';
-import { Segmenter } from './segmenter.js';
+import { Segmenter, WINDOW_BYTES } from './segmenter.js';
 import type { FromThread, ToThread, ToThreadBatch, VadEvent, VadServiceOptions } from './service.js';
 
 const opts = workerData as VadServiceOptions;
 const pool = new SileroPool({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax });
-const streams = new Map<number, Segmenter>();
 let lastStats = 0;
 
 /*
- * Messages that arrive while the thread is busy are processed together, grouped by stream:
- * running one silero instance on several consecutive windows keeps its weights in cache
- * (measured: 100 instances visited 3 windows at a time cost 1.5x more per window than 9 at a
- * time). Order within a stream is kept; streams are independent. When the thread keeps up,
- * nothing waits: a batch is processed on the next turn of its loop.
+ * Batching: every window that needs silero waits for one model call over all the streams
+ * of this thread (SileroModel.run, batch N). Messages are collected for up to
+ * `batchWaitMs` (or until `batchWindows` windows of audio are waiting), then processed in
+ * rounds: each stream runs its segmenter until a window needs the model (the stream is then
+ * blocked, and its later operations wait behind it, in order); one model call classifies the
+ * waiting windows of all blocked streams; they resume; and so on until every stream has used
+ * up its audio. A stream's events keep their order; streams are independent.
  */
 /** Queued operations with their audio resolved to buffers. */
 type Op = Exclude<ToThread, { op: 'push' }> | { op: 'push'; id: number; pcm: Buffer };
+
+interface Stream {
+  seg: Segmenter;
+  /** Operations that arrived while the segmenter was blocked, in order. */
+  waiting: Op[];
+}
+
+const streams = new Map<number, Stream>();
+const segOpts = { ...opts, deferred: true };
+const waitMs = opts.batchWaitMs ?? 0;
+const batchBytes = (opts.batchWindows ?? 64) * WINDOW_BYTES;
 let inbox: Op[] = [];
-let scheduled = false;
+let inboxBytes = 0;
+let inboxFlush = false;
+let timer: NodeJS.Timeout | null = null;
+let immediate = false;
 
 parentPort!.on('message', (batch: ToThreadBatch) => {
   for (const m of batch.ops) {
-    inbox.push(m.op === 'push' ? { op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) } : m);
+    if (m.op === 'push') {
+      inbox.push({ op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) });
+      inboxBytes += m.len;
+    } else {
+      inbox.push(m);
+      if (m.op === 'flush') inboxFlush = true;
+    }
   }
-  if (!scheduled) {
-    scheduled = true;
-    setImmediate(processInbox);
-  }
+  schedule();
 });
 
-function processInbox(): void {
-  scheduled = false;
-  const byStream = new Map<number, Op[]>();
-  for (const m of inbox) {
-    const list = byStream.get(m.id);
-    if (list) list.push(m);
-    else byStream.set(m.id, [m]);
+function schedule(): void {
+  if (immediate) return;
+  if (waitMs <= 0 || inboxBytes >= batchBytes || inboxFlush) {
+    // Enough audio for a good batch, or a flush (whose caller waits for the result).
+    if (timer) clearTimeout(timer);
+    timer = null;
+    immediate = true;
+    setImmediate(processInbox);
+  } else if (!timer) {
+    timer = setTimeout(processInbox, waitMs);
   }
+}
+
+function processInbox(): void {
+  immediate = false;
+  if (timer) clearTimeout(timer);
+  timer = null;
+  const ops = inbox;
   inbox = [];
-  const batch: Op[] = [];
-  for (const list of byStream.values()) for (const m of list) batch.push(m);
+  inboxBytes = 0;
+  inboxFlush = false;
   const out = new Map<number, VadEvent[]>();
   const emit = (id: number, evs: VadEvent[]) => {
     if (evs.length === 0) return;
     const list = out.get(id);
-    if (list) list.push(...evs);
-    else out.set(id, [...evs]);
+    if (list) for (const e of evs) list.push(e);
+    else out.set(id, evs);
   };
-  for (const m of batch) {
-    switch (m.op) {
-      case 'open':
-        streams.set(m.id, new Segmenter(m.settings, pool, opts));
-        break;
-      case 'push': {
-        const seg = streams.get(m.id);
-        if (seg) emit(m.id, seg.push(m.pcm));
-        break;
+  const blocked = new Set<number>();
+  /** Applies operations in order until the segmenter blocks; the rest wait. */
+  const apply = (id: number, st: Stream): void => {
+    while (st.waiting.length > 0 && !st.seg.blocked) {
+      const m = st.waiting.shift()!;
+      switch (m.op) {
+        case 'push':
+          emit(id, st.seg.push(m.pcm));
+          break;
+        case 'flush':
+          emit(id, [...st.seg.flush(), { type: 'flushed' }]);
+          break;
+        case 'configure':
+          st.seg.configure(m.settings);
+          break;
+        case 'close':
+          st.seg.close();
+          streams.delete(id);
+          break;
       }
-      case 'flush': {
-        const seg = streams.get(m.id);
-        emit(m.id, [...(seg ? seg.flush() : []), { type: 'flushed' }]);
-        break;
-      }
-      case 'configure':
-        streams.get(m.id)?.configure(m.settings);
-        break;
-      case 'close':
-        streams.get(m.id)?.close();
-        streams.delete(m.id);
-        break;
+    }
+    if (st.seg.blocked) blocked.add(id);
+  };
+  for (const m of ops) {
+    if (m.op === 'open') {
+      streams.set(m.id, { seg: new Segmenter(m.settings, pool, segOpts), waiting: [] });
+      continue;
+    }
+    const st = streams.get(m.id);
+    if (!st) {
+      if (m.op === 'flush') emit(m.id, [{ type: 'flushed' }]);
+      continue;
+    }
+    st.waiting.push(m);
+    if (!blocked.has(m.id)) apply(m.id, st);
+  }
+  // Rounds: one model call for the waiting windows of all blocked streams.
+  while (pool.model.pending > 0) {
+    pool.model.run();
+    const ids = [...blocked];
+    blocked.clear();
+    for (const id of ids) {
+      const st = streams.get(id);
+      if (!st) continue;
+      emit(id, st.seg.resume());
+      apply(id, st);
     }
   }
+  send(out);
+}
+
+function send(out: Map<number, VadEvent[]>): void {
   const msg: FromThread = {};
   const transfer: ArrayBuffer[] = [];
   if (out.size > 0) {

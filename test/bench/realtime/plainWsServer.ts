@@ -25,15 +25,7 @@ const rt = config.realtime;
 const breaker = new CircuitBreaker(rt.breaker);
 const quota = new ConnectionQuota(deps.limits, rt, logger);
 const meter = new UsageMeter(deps.db, logger);
-const vad = await createVadService(rt.vad.threads, {
-  modelPath: rt.vad.modelPath,
-  poolWarm: rt.vad.poolWarm,
-  poolMax: rt.vad.poolMax,
-  gateDbfs: rt.vad.gateDbfs,
-  releaseAfterMs: rt.vad.releaseAfterMs,
-  holdDb: rt.vad.holdDb,
-  maxSkip: rt.vad.maxSkip,
-});
+const vad = await createVadService(rt.vad.threads, rt.vad);
 const sessions = new Set<RealtimeSession>();
 const LOOP_RESOLUTION_MS = 5;
 const overhead = createHistogram();
@@ -112,3 +104,5 @@ const tick = setInterval(() => {
 }, rt.tickMs);
 tick.unref();
 server.listen(0, '127.0.0.1', () => process.send?.({ type: 'realtime.listening', port: (server.address() as AddressInfo).port }));
+// Graceful exit on SIGTERM (writes --cpu-prof profiles when the benchmark asks for them).
+process.on('SIGTERM', () => process.exit(0));

@@ -15,6 +15,9 @@
  *          the worker's fixed delay (gateway overhead). The same load then runs
  *          against a plain `ws` server doing the same session work; the ratio
  *          of CPU per stream is reported.
+ *
+ * BENCH_CPU_PROF=<dir>: the servers run with `--cpu-prof` (main thread and VAD
+ * threads) and are stopped with SIGTERM so that the profiles are written.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -57,9 +60,11 @@ process.on('exit', () => {
 });
 for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.exit(130));
 
-function start(file: string, env: Record<string, string>): Promise<{ child: ChildProcess; port: number }> {
+const PROFILE_DIR = process.env.BENCH_CPU_PROF;
+
+function start(file: string, env: Record<string, string>, profile = false): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(file, [], {
-    execArgv: ['--import', 'tsx'],
+    execArgv: ['--import', 'tsx', ...(profile && PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : [])],
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', process.env.BENCH_SERVER_LOGS ? 'inherit' : 'ignore', 'inherit', 'ipc'],
@@ -170,7 +175,11 @@ async function streamsAgainst(
   seconds: number,
   delay: number,
 ) {
-  const srv = await start(file, serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`, REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)), STT_ATTEMPT_TIMEOUT_MS: '5000', STT_BUDGET_MS: '10000' }));
+  const srv = await start(
+    file,
+    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`, REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)), STT_ATTEMPT_TIMEOUT_MS: '5000', STT_BUDGET_MS: '10000' }),
+    true,
+  );
   try {
     const warmup = 8;
     const url = `ws://127.0.0.1:${srv.port}/v1/audio/transcriptions/stream`;
@@ -207,6 +216,12 @@ async function streamsAgainst(
       closes: r.closes,
     };
   } finally {
+    if (PROFILE_DIR) {
+      // A graceful stop writes the CPU profiles.
+      const exited = new Promise((r) => srv.child.once('exit', r));
+      srv.child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+    }
     srv.child.kill('SIGKILL');
   }
 }
