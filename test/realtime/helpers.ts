@@ -1,7 +1,8 @@
 /**
  * A real realtime server for tests: its own database, real uWS, real auth and
- * limits (memory or Redis), the built-in speech engine or a scripted one, and
- * a real `ws` client that streams the clips of ../shared/test-audio.
+ * limits (memory or Redis), a real speech engine (the built-in one, or real
+ * engine/ worker processes through the remote pool, see upstream.ts), and a
+ * real `ws` client that streams the clips of ../shared/test-audio.
  */
 import path from 'node:path';
 import fs from 'node:fs';
@@ -15,7 +16,7 @@ import { createDb, type Knex } from '../../shared/db/index.js';
 import { PlanCatalog } from '../../shared/plans.js';
 import { Authenticator, KeyStore } from '../../shared/auth/index.js';
 import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
-import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../shared/stt/types.js';
+import type { SpeechEngine } from '../../shared/stt/types.js';
 import { SileroPool } from '../../shared/vad/silero.js';
 import { InlineVad, type VadService } from '../../shared/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
@@ -56,51 +57,6 @@ class Sink extends Writable {
     this.lines.push(...chunk.toString().split('\n').filter(Boolean));
     cb();
   }
-}
-
-/** A speech engine whose answers tests control. */
-export class ScriptedEngine implements SpeechEngine {
-  calls: TranscribeRequest[] = [];
-  delayMs = 0;
-  failWith: Error | null = null;
-  healthy_ = true;
-  text = (req: TranscribeRequest) => `utterance of ${Math.round(req.pcm.length / 32)} ms`;
-  /** Simulates a programming error: throws synchronously instead of rejecting. */
-  throwSync = false;
-  transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
-    if (this.throwSync) throw new TypeError('engine bug');
-    return this.answer(req);
-  }
-  private async answer(req: TranscribeRequest): Promise<TranscribeResult> {
-    this.calls.push(req);
-    if (this.delayMs) {
-      await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(resolve, this.delayMs);
-        req.signal?.addEventListener('abort', () => {
-          clearTimeout(t);
-          reject(Object.assign(new Error('aborted'), { code: 'aborted' }));
-        });
-      });
-    }
-    if (this.failWith) throw this.failWith;
-    return {
-      text: this.text(req),
-      language: req.language ?? 'en',
-      duration: req.pcm.length / 32000,
-      segments: [],
-      words: [],
-      workerId: 'scripted',
-      fallbackUsed: false,
-      engineMs: 0,
-    };
-  }
-  languages(): string[] {
-    return ['*'];
-  }
-  async healthy(): Promise<boolean> {
-    return this.healthy_;
-  }
-  async close(): Promise<void> {}
 }
 
 export interface RealtimeTestContext {
@@ -191,6 +147,21 @@ export async function createRealtimeContext(
       if (!opts.testDb) await testDb.drop();
     },
   };
+}
+
+/** The realtime usage rows of one session. */
+export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Promise<Record<string, any>[]> {
+  return ctx.db('usage_events').where({ plane: 'realtime', ref_id: sessionId });
+}
+
+/** Polls `fn` until `ok` holds or `ms` have passed; returns the last value. */
+export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (ok(v) || Date.now() - t0 > ms) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export interface Client {

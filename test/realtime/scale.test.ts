@@ -1,14 +1,18 @@
 /**
  * Scale-out: realtime instances on one Redis share the per-key connection
  * quota, and an instance killed with SIGKILL frees its slots within one
- * lease TTL.
+ * lease TTL. Every instance runs the built-in speech engine (one decoder
+ * thread each), the configuration with no STT_WORKER_URLS.
  */
 import path from 'node:path';
 import { fork, type ChildProcess } from 'node:child_process';
 import { expect } from 'chai';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 import { CONNECTION_SCOPE } from '../../realtime/quota.js';
-import { createRealtimeContext, connect, bearer, repoRoot, ScriptedEngine, SESSION_SECRET, type RealtimeTestContext } from './helpers.js';
+import { loadConfig } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { BuiltinEngine } from '../../shared/stt/builtin.js';
+import { createRealtimeContext, connect, bearer, repoRoot, SESSION_SECRET, type RealtimeTestContext } from './helpers.js';
 
 async function refusedStatus(url: string, key: string): Promise<number | 'accepted'> {
   try {
@@ -25,19 +29,22 @@ describe('realtime scale-out on one Redis', function () {
   let db: TestDatabase;
   let a: RealtimeTestContext;
   let b: RealtimeTestContext;
+  let engine: BuiltinEngine;
   // The default prefix, as the child process uses it; keys are per (random) key id, so tests never collide.
   const prefix = 'stt:';
   const env = { REALTIME_LEASE_TTL_MS: '2000', REALTIME_LEASE_RENEW_MS: '500' };
 
   before(async () => {
     db = await createTestDatabase('stt_rt_scale');
-    const engine = new ScriptedEngine();
+    engine = new BuiltinEngine(loadConfig({ STT_THREADS: '1' }).speech.builtin, createLogger({ level: 'warn' }));
+    await engine.ready();
     a = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
     b = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
   });
   after(async () => {
     await a?.close();
     await b?.close();
+    await engine?.close();
     await db?.drop();
   });
 
@@ -80,7 +87,9 @@ describe('realtime scale-out on one Redis', function () {
         REALTIME_VAD_POOL_WARM: '0',
         MIGRATE_ON_START: 'false',
         GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
-        STT_WORKER_URLS: 'http://127.0.0.1:9',
+        STT_ENGINE: 'builtin',
+        STT_WORKER_URLS: '',
+        STT_THREADS: '1',
         LOG_LEVEL: 'warn',
         ...env,
       },

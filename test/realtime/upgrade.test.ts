@@ -1,6 +1,8 @@
 /**
  * The upgrade (interface 4.8 and 5): check order, credentials, quotas,
  * breaker, health endpoints, the native-uWS guard and the embedded proxy.
+ * The speech upstream is a real engine/ worker process; the breaker sees it
+ * crash (SIGKILL) and come back, readiness sees it hang (SIGSTOP).
  */
 import http from 'node:http';
 import { spawnSync } from 'node:child_process';
@@ -17,10 +19,14 @@ import {
   bearer,
   readPcm,
   repoRoot,
-  ScriptedEngine,
   SESSION_SECRET,
+  eventually,
+  usageRows,
   type RealtimeTestContext,
 } from './helpers.js';
+import { startSpeechUpstream, type SpeechUpstream } from './upstream.js';
+
+const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
 async function refused(url: string, headers: Record<string, string> = {}) {
   try {
@@ -35,16 +41,20 @@ async function refused(url: string, headers: Record<string, string> = {}) {
 }
 
 describe('realtime upgrade', function () {
-  this.timeout(30_000);
+  this.timeout(60_000);
   let ctx: RealtimeTestContext;
-  const engine = new ScriptedEngine();
+  let upstream: SpeechUpstream;
   before(async () => {
+    upstream = await startSpeechUpstream();
     ctx = await createRealtimeContext({
-      engine,
+      engine: upstream.engine,
       env: { REALTIME_BREAKER_FAILURES: '2', REALTIME_BREAKER_OPEN_MS: '1500' },
     });
   });
-  after(async () => ctx?.close());
+  after(async () => {
+    await ctx?.close();
+    await upstream?.close();
+  });
 
   it('answers a plain GET on the stream path with 426 websocket_required', async () => {
     const res = await fetch(`${ctx.base}/v1/audio/transcriptions/stream`);
@@ -134,7 +144,7 @@ describe('realtime upgrade', function () {
     await c.next('session.created');
     c.send({ type: 'session.update', vad: false });
     await c.next('session.updated');
-    engine.failWith = Object.assign(new Error('upstream down'), { code: 'transcription_failed' });
+    await upstream.killWorker(); // the worker crashes
     const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 16000);
     for (let i = 0; i < 2; i++) {
       await c.stream(pcm);
@@ -151,34 +161,62 @@ describe('realtime upgrade', function () {
     expect(r.body.error.code).to.equal('upstream_unavailable');
     expect(Number(r.headers['retry-after'])).to.be.within(1, 2);
     expect((await fetch(`${ctx.base}/readyz`)).status).to.be.oneOf([200, 503]);
-    engine.failWith = null;
-    await new Promise((res) => setTimeout(res, 1600));
+    const openedAt = Date.now();
+    await upstream.restartWorker(); // a supervisor brings a fresh worker up
+    await new Promise((res) => setTimeout(res, Math.max(0, 1600 - (Date.now() - openedAt))));
     const c2 = await connect(ctx.url, bearer(key));
     await c2.next('session.created');
     c2.send({ type: 'session.update', vad: false });
     await c2.next('session.updated');
     await c2.stream(pcm);
     c2.send({ type: 'flush' });
-    const ok = await c2.next('conversation.item.input_audio_transcription.completed');
+    const ok = await c2.next(COMPLETED, 30_000);
     expect(ok.error).to.equal(undefined);
+    expect(ok.text).to.not.be.empty;
     expect(ctx.rt.breaker.state).to.equal('closed');
     c2.ws.close(1000);
   });
 
-  it('/readyz answers 503 while the speech upstream is unhealthy', async () => {
-    engine.healthy_ = false;
-    await new Promise((r) => setTimeout(r, 1100)); // readiness is cached for 1 s
-    try {
-      const r = await fetch(`${ctx.base}/readyz`);
-      expect(r.status).to.equal(503);
-      expect((await r.json()).checks.upstream).to.equal(false);
-    } finally {
-      engine.healthy_ = true;
+  it('an utterance the engine refuses (unsupported language) fails alone and never opens the breaker', async () => {
+    const { key } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    c.send({ type: 'session.update', vad: false, language: 'fr' });
+    await c.next('session.updated');
+    const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 16000);
+    for (let i = 0; i < 3; i++) {
+      // More refusals than REALTIME_BREAKER_FAILURES (2): the worker is fine, the request is not.
+      await c.stream(pcm);
+      c.send({ type: 'flush' });
+      await c.waitFor((evs) => evs.filter((e) => e.type === COMPLETED).length === i + 1, 30_000);
     }
+    expect(c.of('error').map((e) => e.upstream_code)).to.deep.equal(Array(3).fill('unsupported_language'));
+    expect(ctx.rt.breaker.state).to.equal('closed');
+    const from = c.events.length;
+    c.send({ type: 'session.update', language: 'en' });
+    await c.next('session.updated', 5000, from);
+    await c.stream(pcm);
+    c.send({ type: 'flush' });
+    expect((await c.next(COMPLETED, 30_000, from)).error).to.equal(undefined);
+    c.ws.close(1000);
+    expect((await c.closed).code).to.equal(1000);
+  });
+
+  it('/readyz answers 503 while the speech upstream is unhealthy', async () => {
+    const ready = async () => {
+      const r = await fetch(`${ctx.base}/readyz`);
+      return { status: r.status, upstream: (await r.json()).checks.upstream };
+    };
+    // The worker hangs: its health checks time out and readiness turns 503 (it is cached for 1 s).
+    await upstream.whilePaused(async () => {
+      const r = await eventually(ready, (x) => !x.upstream, 10_000);
+      expect(r).to.deep.equal({ status: 503, upstream: false });
+    });
+    expect(await eventually(ready, (x) => x.upstream, 10_000)).to.deep.equal({ status: 200, upstream: true });
   });
 
   it('answers 503 gateway_disabled when the gateway is disabled (checked before auth)', async () => {
-    const off = await createRealtimeContext({ engine, env: { REALTIME_ENABLED: 'false' }, testDb: ctx.testDb });
+    const off = await createRealtimeContext({ engine: upstream.engine, env: { REALTIME_ENABLED: 'false' }, testDb: ctx.testDb });
     try {
       const r = await refused(off.url);
       expect(r.status).to.equal(503);
@@ -189,16 +227,21 @@ describe('realtime upgrade', function () {
     }
   });
 
-  it('a crashed VAD thread ends its sessions 1011 and turns /readyz to 503', async () => {
+  it('a crashed VAD thread (an unexpected gateway failure) ends its sessions 1011 client_error, still meters, and turns /readyz to 503', async () => {
     const v = loadConfig({}).realtime.vad;
     const threaded = await ThreadedVad.start(1, { ...v, poolWarm: 0, poolMax: 4 });
-    const crashy = await createRealtimeContext({ engine, vad: threaded, testDb: ctx.testDb });
+    const crashy = await createRealtimeContext({ engine: upstream.engine, vad: threaded, testDb: ctx.testDb });
     try {
       const { key } = await crashy.issueKey('pro');
       const c = await connect(crashy.url, bearer(key));
-      await c.next('session.created');
+      const created = await c.next('session.created');
+      await c.stream(readPcm('librivox-austen-0880.wav').subarray(0, 32000)); // 1 s
+      await new Promise((r) => setTimeout(r, 100));
       await (threaded as unknown as { lanes: { worker: { terminate(): Promise<number> } }[] }).lanes[0].worker.terminate();
       expect(await c.closed).to.deep.equal({ code: 1011, reason: 'client_error' });
+      const rows = await eventually(() => usageRows(crashy, created.session_id), (r) => r.length > 0);
+      expect(rows).to.have.length(1);
+      expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
       expect(threaded.healthy).to.equal(false);
       expect((await fetch(`${crashy.base}/readyz`)).status).to.equal(503);
     } finally {
