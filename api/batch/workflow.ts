@@ -401,6 +401,7 @@ export class WorkflowRunner {
           prompt: p.prompt,
           model: p.model,
           signal,
+          attemptTimeoutMs: engineAttemptTimeoutMs(config, piece.end - piece.start),
         }),
       );
       engineMs += r.engineMs;
@@ -524,6 +525,11 @@ export interface ProbeOutput {
 
 function summarise(cp: ChunkCheckpoint, key: string, reused: boolean): ChunkSummary {
   return { index: cp.index, start: cp.start, end: cp.end, key, reused, text_chars: cp.text.length, engine_ms: cp.engine_ms };
+}
+
+/** A remote pool's per-attempt timeout for a piece of batch audio: it scales with the audio. */
+export function engineAttemptTimeoutMs(config: Pick<BatchConfig, 'engineTimeoutBaseMs' | 'engineTimeoutPerAudioSecondMs'>, seconds: number): number {
+  return Math.round(config.engineTimeoutBaseMs + config.engineTimeoutPerAudioSecondMs * seconds);
 }
 
 function isRetryable(err: unknown): boolean {

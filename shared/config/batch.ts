@@ -84,6 +84,13 @@ export interface BatchConfig {
   engineSlots: number;
   /** Attempts per chunk for retryable engine errors. */
   chunkAttempts: number;
+  /**
+   * Per-attempt timeout of a remote speech pool for batch audio: base +
+   * per audio second of each piece sent (batch pieces are far longer than
+   * the segment and realtime clips that STT_ATTEMPT_TIMEOUT_MS is made for).
+   */
+  engineTimeoutBaseMs: number;
+  engineTimeoutPerAudioSecondMs: number;
   /** Pipelined Postgres connections of one API process that serve polls. */
   pollConnections: number;
   /** Audio download caps. */
@@ -123,6 +130,8 @@ export function batchConfig(env: Env): BatchConfig {
     sweepIntervalMs: int(env, 'BATCH_SWEEP_INTERVAL_MS', 10_000, 100),
     engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),
     chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
+    engineTimeoutBaseMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS', 30_000, 1),
+    engineTimeoutPerAudioSecondMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
     pollConnections: int(env, 'BATCH_POLL_CONNECTIONS', 2, 1),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),

@@ -8,7 +8,9 @@
  *   flight (ties rotate); at most one fallback, the next one in that order
  *   (workers marked down are only tried when too few are up);
  * - each attempt has its own timeout (800 ms) and all attempts share one
- *   wall-clock budget (about 1.6 s); no attempt is ever repeated;
+ *   wall-clock budget (about 1.6 s); no attempt is ever repeated. A request
+ *   may bring its own attempt timeout (`attemptTimeoutMs`, batch chunks whose
+ *   audio is long); its budget is then that times the attempts;
  * - `workerId` pins a worker; by default a pinned request gets no fallback
  *   (`STT_PINNED_FALLBACK=true` allows one).
  *
@@ -130,7 +132,9 @@ export class RemotePool implements SpeechEngine {
 
   async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
     const candidates = this.candidates(req);
-    const deadline = Date.now() + this.cfg.budgetMs;
+    const attemptTimeoutMs = req.attemptTimeoutMs ?? this.cfg.attemptTimeoutMs;
+    const budgetMs = req.attemptTimeoutMs !== undefined ? req.attemptTimeoutMs * this.cfg.maxAttempts : this.cfg.budgetMs;
+    const deadline = Date.now() + budgetMs;
     const wav = pcmToWav(req.pcm);
     const failures: string[] = [];
     for (let i = 0; i < candidates.length; i++) {
@@ -140,7 +144,7 @@ export class RemotePool implements SpeechEngine {
       const worker = candidates[i];
       const started = performance.now();
       try {
-        const transcript = await this.attempt(worker, wav, req, Math.min(this.cfg.attemptTimeoutMs, remaining));
+        const transcript = await this.attempt(worker, wav, req, Math.min(attemptTimeoutMs, remaining));
         if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
         return { ...transcript, workerId: worker.id, fallbackUsed: i > 0, engineMs: performance.now() - started };
       } catch (err) {

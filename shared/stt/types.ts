@@ -13,6 +13,15 @@ export interface TranscribeRequest {
   workerId?: string;
   /** Abort the request (client went away, session closed). */
   signal?: AbortSignal;
+  /**
+   * Per-attempt timeout of a remote pool for this request, in place of
+   * `STT_ATTEMPT_TIMEOUT_MS` (interface section 8: 800 ms, meant for short
+   * clips); the wall-clock budget becomes this times `STT_MAX_ATTEMPTS`. The
+   * batch workflow sets it from the length of each piece of audio; segment
+   * and realtime requests leave it unset. The built-in engine ignores it (its
+   * decode limit scales with the audio already).
+   */
+  attemptTimeoutMs?: number;
 }
 
 export interface TranscriptSegment {
