@@ -26,7 +26,8 @@
  * holds one while it hears something above the energy gate (segmenter.ts).
  */
 import { createRequire } from 'node:module';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { batchedSileroModel, frameWindow, FRAMED_INPUT, FRAMES, FRAME } from './sileroGraph.js';
 
 const require = createRequire(import.meta.url);
 
@@ -66,16 +67,16 @@ export function isDeferred(c: WindowClassifier): c is DeferredClassifier {
 // ---- ONNX Runtime binding ----------------------------------------------------------------------
 
 interface OrtTensor {
-  data: Float32Array | BigInt64Array;
+  data: Float32Array;
   dims: readonly number[];
 }
 interface OrtSession {
-  loadModel(path: string, options: Record<string, unknown>): void;
+  loadModel(buffer: ArrayBufferLike, byteOffset: number, byteLength: number, options: Record<string, unknown>): void;
   run(feeds: Record<string, OrtTensor>, fetches: Record<string, OrtTensor | null>, options: Record<string, unknown>): Record<string, OrtTensor>;
   dispose(): void;
 }
 interface Ort {
-  Tensor: new (type: string, data: Float32Array | BigInt64Array, dims: readonly number[]) => OrtTensor;
+  Tensor: new (type: string, data: Float32Array, dims: readonly number[]) => OrtTensor;
   newSession(): OrtSession;
 }
 
@@ -104,7 +105,6 @@ function loadOrt(): Ort {
 export class SileroModel {
   private readonly session: OrtSession;
   private readonly ort: Ort;
-  private readonly sr: OrtTensor;
   private queue: SileroStream[] = [];
   private input = new Float32Array(0);
   private state = new Float32Array(0);
@@ -116,14 +116,15 @@ export class SileroModel {
     if (!existsSync(modelPath)) throw new Error(`silero VAD model not found at ${modelPath}`);
     this.ort = loadOrt();
     this.session = this.ort.newSession();
-    this.session.loadModel(modelPath, {
+    // The shipped graph's weights in a graph of batched matrix products (sileroGraph.ts).
+    const graph = batchedSileroModel(new Uint8Array(readFileSync(modelPath)));
+    this.session.loadModel(graph.buffer, graph.byteOffset, graph.byteLength, {
       // One thread: the realtime process spreads streams over VAD threads itself.
       intraOpNumThreads: 1,
       interOpNumThreads: 1,
       executionMode: 'sequential',
       graphOptimizationLevel: 'all',
     });
-    this.sr = new this.ort.Tensor('int64', BigInt64Array.from([BigInt(SAMPLE_RATE)]), []);
   }
 
   /** Windows waiting for `run()`. */
@@ -141,32 +142,31 @@ export class SileroModel {
     const n = q.length;
     if (n === 0) return;
     this.queue = [];
-    if (this.input.length < n * INPUT) {
-      const cap = Math.max(n, 2 * (this.input.length / INPUT), 8);
-      this.input = new Float32Array(cap * INPUT);
+    if (this.input.length < n * FRAMED_INPUT) {
+      const cap = Math.max(n, 2 * (this.input.length / FRAMED_INPUT), 8);
+      this.input = new Float32Array(cap * FRAMED_INPUT);
       this.state = new Float32Array(cap * 2 * HIDDEN);
     }
-    const input = n * INPUT === this.input.length ? this.input : this.input.subarray(0, n * INPUT);
+    const input = n * FRAMED_INPUT === this.input.length ? this.input : this.input.subarray(0, n * FRAMED_INPUT);
     const state = 2 * n * HIDDEN === this.state.length ? this.state : this.state.subarray(0, 2 * n * HIDDEN);
     // state is [2, n, 128]: layer-major.
     const layer = n * HIDDEN;
     for (let i = 0; i < n; i++) {
       const s = q[i];
-      input.set(s.x, i * INPUT);
+      frameWindow(s.x, input, i * FRAMED_INPUT);
       state.set(s.h.subarray(0, HIDDEN), i * HIDDEN);
       state.set(s.h.subarray(HIDDEN), layer + i * HIDDEN);
     }
     const out = this.session.run(
       {
-        input: new this.ort.Tensor('float32', input, [n, INPUT]),
+        frames: new this.ort.Tensor('float32', input, [n, FRAMES, FRAME]),
         state: new this.ort.Tensor('float32', state, [2, n, HIDDEN]),
-        sr: this.sr,
       },
       { output: null, stateN: null },
       {},
     );
-    const prob = out.output.data as Float32Array;
-    const next = out.stateN.data as Float32Array;
+    const prob = out.output.data;
+    const next = out.stateN.data;
     for (let i = 0; i < n; i++) {
       const s = q[i];
       s.h.set(next.subarray(i * HIDDEN, (i + 1) * HIDDEN), 0);
