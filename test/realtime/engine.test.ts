@@ -32,7 +32,7 @@ describe('realtime: speech client in a worker thread', function () {
       STT_HEALTH_TIMEOUT_MS: '2000',
       LOG_LEVEL: 'silent',
     };
-    const pcm = readPcm('librivox-austen-0880.wav');
+    const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 48000); // 1.5 s: decoding is real, keep it short
     const here = new RemotePool(loadConfig(env).speech.remote, createLogger({ level: 'silent' }));
     const expected = await here.transcribe({ pcm, language: 'en' }).finally(() => here.close());
     const engine = await ThreadedEngine.start(env);
@@ -41,7 +41,7 @@ describe('realtime: speech client in a worker thread', function () {
       expect(r.text).to.not.be.empty;
       expect(r.text).to.equal(expected.text);
       expect(r.words.map((w) => w.word)).to.deep.equal(expected.words.map((w) => w.word));
-      expect(r.duration).to.be.closeTo(2.99, 0.05);
+      expect(r.duration).to.be.closeTo(1.5, 0.01);
       expect(pcm.length).to.be.greaterThan(0); // the caller's buffer is intact
       expect(await engine.healthy()).to.equal(true);
       const ac = new AbortController();

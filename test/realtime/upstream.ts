@@ -34,15 +34,12 @@ export interface SpeechUpstream {
   transcriptions(): UpstreamRequest[];
   /** While true, the proxy resets every connection (an unreachable worker). */
   refuse: boolean;
-  readonly worker: EngineProcess;
   pause(): void;
   resume(): void;
   /** Runs `fn` with the worker stopped: utterances sent meanwhile stay in flight until it returns. */
   whilePaused<T>(fn: () => Promise<T>): Promise<T>;
   killWorker(): Promise<void>;
   restartWorker(): Promise<void>;
-  /** Waits until the worker has no decode running or queued (health answers `busy: 0, queued: 0`). */
-  idle(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -67,11 +64,13 @@ async function formFields(headers: http.IncomingHttpHeaders, body: Buffer): Prom
  * pool with time limits suited to PocketSphinx on a busy 2-core machine (the
  * interface's 800 ms per attempt is exercised in test/speech/pool.test.ts).
  */
-export async function startSpeechUpstream(
-  opts: { threads?: number; env?: Record<string, string> } = {},
-): Promise<SpeechUpstream> {
+export async function startSpeechUpstream(opts: { threads?: number } = {}): Promise<SpeechUpstream> {
   const workerEnv = { STT_THREADS: String(opts.threads ?? 1) };
-  let worker = await startEngine(workerEnv);
+  let worker: EngineProcess = await startEngine(workerEnv);
+  // The worker is a separate process: it must not outlive this one, however this one ends.
+  const reap = () => void worker.child.kill('SIGKILL');
+  process.on('exit', reap);
+
   const requests: UpstreamRequest[] = [];
   let refuse = false;
 
@@ -81,28 +80,30 @@ export async function startSpeechUpstream(
     req.on('end', () => {
       if (refuse) return req.socket.destroy();
       const body = Buffer.concat(chunks);
-      void formFields(req.headers, body).then((fields) => {
-        requests.push({ method: req.method ?? '', path: req.url ?? '', fields });
-        const out = http.request(
-          {
-            host: '127.0.0.1',
-            port: worker.port,
-            method: req.method,
-            path: req.url,
-            headers: req.headers,
-            agent: false,
-          },
-          (answer) => {
-            res.writeHead(answer.statusCode ?? 502, answer.headers);
-            answer.pipe(res);
-          },
-        );
-        // The worker went away: so does the connection, as with a plain TCP path to it.
-        out.on('error', () => req.socket.destroy());
-        // The client gave up (timeout, aborted utterance): the worker sees its connection close.
-        res.on('close', () => !res.writableFinished && out.destroy());
-        out.end(body);
-      });
+      void formFields(req.headers, body)
+        .catch(() => ({}))
+        .then((fields) => {
+          requests.push({ method: req.method ?? '', path: req.url ?? '', fields });
+          const out = http.request(
+            {
+              host: '127.0.0.1',
+              port: worker.port,
+              method: req.method,
+              path: req.url,
+              headers: req.headers,
+              agent: false,
+            },
+            (answer) => {
+              res.writeHead(answer.statusCode ?? 502, answer.headers);
+              answer.pipe(res);
+            },
+          );
+          // The worker went away: so does the connection, as with a plain TCP path to it.
+          out.on('error', () => req.socket.destroy());
+          // The client gave up (timeout, aborted utterance): the worker sees its connection close.
+          res.on('close', () => !res.writableFinished && out.destroy());
+          out.end(body);
+        });
     });
   });
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
@@ -114,7 +115,6 @@ export async function startSpeechUpstream(
     STT_BUDGET_MS: '20000',
     STT_HEALTH_INTERVAL_MS: '250',
     STT_HEALTH_TIMEOUT_MS: '1000',
-    ...opts.env,
   });
   const engine = new RemotePool(config.speech.remote, createLogger({ level: 'silent' }));
   await engine.ready();
@@ -128,9 +128,6 @@ export async function startSpeechUpstream(
     },
     set refuse(on: boolean) {
       refuse = on;
-    },
-    get worker() {
-      return worker;
     },
     pause: () => void worker.child.kill('SIGSTOP'),
     resume: () => void worker.child.kill('SIGCONT'),
@@ -147,18 +144,12 @@ export async function startSpeechUpstream(
       await worker.kill();
       worker = await startEngine(workerEnv);
     },
-    async idle() {
-      for (;;) {
-        const h = (await (await fetch(`${worker.url}/health`)).json()) as { busy: number; queued: number };
-        if (h.busy === 0 && h.queued === 0) return;
-        await new Promise((r) => setTimeout(r, 50));
-      }
-    },
     async close() {
       await engine.close();
       proxy.closeAllConnections();
       await new Promise((r) => proxy.close(r));
       await worker.kill();
+      process.off('exit', reap);
     },
   };
   return upstream;
