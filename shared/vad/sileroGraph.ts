@@ -350,7 +350,8 @@ export function batchedSileroModel(original: Uint8Array): Uint8Array {
  * every 128 samples, written at `out[at .. at + 1024)`.
  */
 export function frameWindow(x: Float32Array, out: Float32Array, at: number): void {
-  const n = x.length; // 576
+  const n = x.length;
+  if (n + PAD !== (FRAMES - 1) * HOP + FRAME) throw new Error(`silero graph: window input of ${n} samples`);
   for (let f = 0; f < FRAMES; f++) {
     const start = f * HOP;
     const o = at + f * FRAME;
