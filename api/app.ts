@@ -7,6 +7,7 @@ import Router from '@koa/router';
 import type { AppDeps } from './deps.js';
 import { ApiError, errorHandler } from './http/errors.js';
 import { requestContext } from './http/requestContext.js';
+import { routes } from './http/routing.js';
 import { routeModules, type RouteModule } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
 
@@ -18,7 +19,7 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
 
   app.use(requestContext(deps.logger));
   app.use(errorHandler());
-  app.use(router.routes());
+  app.use(routes(router));
   app.use(router.allowedMethods({ throw: false }));
   app.use(async (ctx, next) => {
     if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) return next();
