@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
+import { accessLogWriter } from '../../shared/logger.js';
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -28,7 +29,7 @@ export class RequestState {
 }
 
 export function requestContext(logger: Logger): Middleware {
-  const accessLog = logger.isLevelEnabled('info');
+  const accessLog = accessLogWriter(logger);
   return async (ctx, next) => {
     const incoming = ctx.req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && SAFE_ID.test(incoming) ? incoming : randomUUID();
@@ -40,17 +41,8 @@ export function requestContext(logger: Logger): Middleware {
     } finally {
       if (accessLog) {
         // Path only: query strings may carry tokens.
-        logger.info(
-          {
-            reqId: requestId,
-            method: ctx.method,
-            path: ctx.path,
-            status: ctx.status,
-            ms: Math.round((performance.now() - started) * 10) / 10,
-            keyId: (ctx.state.principal as { keyId?: string } | undefined)?.keyId,
-          },
-          'request',
-        );
+        const ms = Math.round((performance.now() - started) * 10) / 10;
+        accessLog(requestId, ctx.method, ctx.path, ctx.status, ms, (ctx.state.principal as { keyId?: string } | undefined)?.keyId);
       }
     }
   };
