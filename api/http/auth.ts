@@ -4,7 +4,7 @@
  * realtime tier uses exactly the same rules.
  */
 import type { Middleware } from 'koa';
-import { Authenticator, type AuthFailure } from '../../shared/auth/index.js';
+import { Authenticator, type AuthFailure, authFailure } from '../../shared/auth/index.js';
 import { safeEqual } from '../../shared/auth/keys.js';
 import { ApiError } from './errors.js';
 
@@ -15,13 +15,31 @@ export function authError(f: AuthFailure): ApiError {
   });
 }
 
+/**
+ * The last well-formed Authorization header of a keep-alive connection and
+ * its key's hash: a client sends the same key on every request of a
+ * connection, so the SHA-256 is computed once per connection, not per request.
+ * Kept on the socket, so it goes when the connection does. Only the lookup is
+ * saved: every request is still checked against the key cache (revocation).
+ */
+const LAST_KEY = Symbol('stt.lastApiKey');
+type KeyedSocket = { [LAST_KEY]?: { header: string; hash: string } };
+
 /** Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. */
 export function requireApiKey(auth: Authenticator): Middleware {
   return async (ctx, next) => {
-    const { token, failure } = Authenticator.bearer(ctx.req.headers.authorization);
-    if (failure) throw authError(failure);
-    // Session tokens are for the realtime upgrade only; HTTP routes take API keys.
-    let result = auth.checkApiKey(token!);
+    const header = ctx.req.headers.authorization;
+    const socket = (ctx.req.socket ?? {}) as unknown as KeyedSocket;
+    let hash = header !== undefined && socket[LAST_KEY]?.header === header ? socket[LAST_KEY].hash : undefined;
+    if (hash === undefined) {
+      const { token, failure } = Authenticator.bearer(header);
+      if (failure) throw authError(failure);
+      // Session tokens are for the realtime upgrade only; HTTP routes take API keys.
+      hash = auth.keyHash(token!);
+      if (hash === undefined) throw authError(authFailure('invalid_api_key'));
+      socket[LAST_KEY] = { header: header!, hash };
+    }
+    let result = auth.checkKeyHash(hash);
     if (result instanceof Promise) result = await result; // the key store is asked only when the cache is stale
     if (!result.ok) throw authError(result);
     ctx.state.principal = result.principal;

@@ -119,8 +119,17 @@ export class Authenticator {
    * The HTTP middleware uses this so a cached key costs no extra turns.
    */
   checkApiKey(key: string): AuthResult | Promise<AuthResult> {
-    if (!looksLikeApiKey(key)) return authFailure('invalid_api_key');
-    const hash = hashApiKey(key);
+    const hash = this.keyHash(key);
+    return hash === undefined ? authFailure('invalid_api_key') : this.checkKeyHash(hash);
+  }
+
+  /** The stored hash of a well-formed API key; undefined for a malformed one. */
+  keyHash(key: string): string | undefined {
+    return looksLikeApiKey(key) ? hashApiKey(key) : undefined;
+  }
+
+  /** `checkApiKey` for a key already hashed with `keyHash` (callers may keep the hash of a key they see again). */
+  checkKeyHash(hash: string): AuthResult | Promise<AuthResult> {
     const hit = this.byHash.entries.get(hash);
     if (hit && Date.now() - hit.at < this.opts.keyCacheTtlMs) return this.principalFor(hit.row, 'api_key');
     return this.loadApiKey(hash);
