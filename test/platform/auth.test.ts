@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { createTestApp, issueKey, type TestApp, SESSION_SECRET } from '../helpers/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { issueSessionToken } from '../../shared/auth/sessionTokens.js';
+import { issueSessionToken, verifySessionToken } from '../../shared/auth/sessionTokens.js';
 
 const TOKEN = '/v1/audio/transcriptions/session-token';
 const bearer = (k: string) => ({ Authorization: `Bearer ${k}` });
@@ -161,6 +161,17 @@ describe('authentication when the key store is unreachable', () => {
       await down.close();
       await t.close();
       await db.drop();
+    }
+  });
+});
+
+describe('session token encoding', () => {
+  it('carries exactly JSON.stringify(claims) as its payload, whatever the key id', () => {
+    for (const kid of ['key_0123456789abcdef01234567', 'k"e\\y', 'ключ-🔑']) {
+      const { token, claims } = issueSessionToken('secret', kid, 60);
+      const payload = token.slice(3, token.indexOf('.'));
+      expect(Buffer.from(payload, 'base64url').toString('utf8')).to.equal(JSON.stringify(claims));
+      expect(verifySessionToken('secret', token)).to.deep.equal(claims);
     }
   });
 });

@@ -27,7 +27,7 @@ export function register(router: Router, deps: AppDeps): void {
     (ctx) => {
       const issued = deps.auth.issueSessionToken(ctx.state.principal);
       if ('ok' in issued) throw authError(issued);
-      ctx.set('Cache-Control', 'no-store');
+      ctx.res.setHeader('Cache-Control', 'no-store');
       ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: REALTIME_PATH };
     },
   );
