@@ -13,8 +13,9 @@ export function requestRateLimit(limits: LimitsDriver): Middleware {
     const perMinute = principal.limits.maxRequestsPerMinute;
     let d = limits.consumeNow('requests', principal.keyId, perMinute);
     if (d instanceof Promise) d = await d; // Redis is asked only when this instance's reservation is spent
-    ctx.set('X-RateLimit-Limit', String(d.limit));
-    ctx.set('X-RateLimit-Remaining', String(d.remaining));
+    // Straight to Node: nothing has been sent yet, and Koa's ctx.set allocates per call.
+    ctx.res.setHeader('X-RateLimit-Limit', String(d.limit));
+    ctx.res.setHeader('X-RateLimit-Remaining', String(d.remaining));
     if (!d.allowed) {
       const retryAfter = String(Math.ceil(d.retryAfterMs / 1000));
       throw new ApiError(429, 'rate_limit_exceeded', `Rate limit of ${perMinute} requests per minute exceeded.`, {

@@ -34,7 +34,8 @@ interface Reservation {
  */
 export class RateLimiters {
   private readonly limiters = new Map<string, RateLimiterAbstract>();
-  private readonly reservations = new Map<string, Reservation>();
+  /** Reservations by bucket, then limit, then owner: no key string is built per request. */
+  private readonly reservations = new Map<RateBucket, Map<number, Map<string, Reservation>>>();
 
   constructor(
     private readonly redis: Redis | null,
@@ -76,18 +77,32 @@ export class RateLimiters {
     if (perMinute <= 0) return { allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 };
     const reserveSize = Math.min(this.policy.max, Math.floor(perMinute * this.policy.fraction));
     if (!this.redis || reserveSize <= 1) return this.take(bucket, owner, perMinute, 1);
-    const k = `${bucket}:${perMinute}:${owner}`;
-    const r = this.reservations.get(k);
+    const byOwner = this.reservationsOf(bucket, perMinute);
+    const r = byOwner.get(owner);
     if (r && r.tokens > 0 && Date.now() < r.until) {
       r.tokens--;
       return { allowed: true, retryAfterMs: 0, remaining: r.remaining + r.tokens, limit: perMinute };
     }
-    return this.reserve(bucket, owner, perMinute, reserveSize, k);
+    return this.reserve(bucket, owner, perMinute, reserveSize, byOwner);
   }
 
-  private async reserve(bucket: RateBucket, owner: string, perMinute: number, reserveSize: number, k: string): Promise<RateDecision> {
+  private reservationsOf(bucket: RateBucket, perMinute: number): Map<string, Reservation> {
+    let bySize = this.reservations.get(bucket);
+    if (!bySize) this.reservations.set(bucket, (bySize = new Map()));
+    let byOwner = bySize.get(perMinute);
+    if (!byOwner) bySize.set(perMinute, (byOwner = new Map()));
+    return byOwner;
+  }
+
+  private async reserve(
+    bucket: RateBucket,
+    owner: string,
+    perMinute: number,
+    reserveSize: number,
+    byOwner: Map<string, Reservation>,
+  ): Promise<RateDecision> {
     for (;;) {
-      const r = this.reservations.get(k);
+      const r = byOwner.get(owner);
       const now = Date.now();
       if (r && now < r.until && r.tokens > 0) {
         r.tokens--;
@@ -112,13 +127,13 @@ export class RateLimiters {
           entry.remaining = decision.remaining;
         }
       })();
-      this.reservations.set(k, entry);
+      byOwner.set(owner, entry);
       try {
         await entry.pending;
       } finally {
         entry.pending = undefined;
       }
-      if (this.reservations.size > 100_000) this.evictExpired();
+      if (byOwner.size > 100_000) evictExpired(byOwner);
       return { allowed: decision.allowed, retryAfterMs: decision.retryAfterMs, remaining: decision.remaining + entry.tokens, limit: perMinute };
     }
   }
@@ -139,9 +154,9 @@ export class RateLimiters {
       throw rej;
     }
   }
+}
 
-  private evictExpired(): void {
-    const now = Date.now();
-    for (const [k, r] of this.reservations) if (now >= r.until && !r.pending) this.reservations.delete(k);
-  }
+function evictExpired(byOwner: Map<string, Reservation>): void {
+  const now = Date.now();
+  for (const [k, r] of byOwner) if (now >= r.until && !r.pending) byOwner.delete(k);
 }
