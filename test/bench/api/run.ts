@@ -4,11 +4,21 @@
  * its own process on this machine. Rounds alternate between targets; medians
  * are reported with the ratio to bare Koa.
  *
- *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3]
+ *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3] [--warmup 2]
+ *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR]
  *
  * or, as production runs it, compiled:  npm run build && node dist/test/bench/api/run.js
+ *
+ * Fairness: on a machine with two or more cores every server process is
+ * pinned (taskset) to `--server-cpu` and this process, which runs the load
+ * generator, to `--client-cpu`, so the generator never competes with the
+ * server it measures; both servers get the same core, connections and
+ * duration. `--server-cpu -1` turns pinning off. Each target is warmed up
+ * (JIT, caches, the key cache) before the measured rounds. `--cpu-prof DIR`
+ * runs the API server under `node --cpu-prof` and writes its profile there.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
@@ -24,15 +34,39 @@ const arg = (name: string, def: number) => {
 const duration = arg('duration', 10);
 const connections = arg('connections', 50);
 const rounds = arg('rounds', 3);
+const warmup = arg('warmup', 2);
+const cores = os.availableParallelism();
+const serverCpu = arg('server-cpu', cores >= 2 ? 0 : -1);
+const clientCpu = arg('client-cpu', cores >= 2 ? 1 : -1);
+const profIndex = process.argv.indexOf('--cpu-prof');
+const profDir = profIndex > 0 ? path.resolve(process.argv[profIndex + 1]) : undefined;
 
-function start(file: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number; key?: string }> {
+/** Pins a process and all its threads to one CPU; returns false when taskset is unavailable. */
+function pin(pid: number, cpu: number): boolean {
+  if (cpu < 0) return false;
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', String(cpu), String(pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function start(
+  file: string,
+  env: Record<string, string> = {},
+  extraExecArgv: string[] = [],
+): Promise<{ child: ChildProcess; port: number; key?: string }> {
   const child = fork(path.join(here, compiled ? file.replace(/\.ts$/, '.js') : file), [], {
-    execArgv: compiled ? [] : ['--import', 'tsx'],
+    execArgv: [...(compiled ? [] : ['--import', 'tsx']), ...extraExecArgv],
     env: { ...process.env, ...env },
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {
-    child.once('message', (m: { port: number; key?: string }) => resolve({ child, ...m }));
+    child.once('message', (m: { port: number; key?: string }) => {
+      pin(child.pid!, serverCpu);
+      resolve({ child, ...m });
+    });
     child.once('exit', (c) => reject(new Error(`${file} exited ${c}`)));
   });
 }
@@ -66,7 +100,8 @@ const api = await start('apiServer.ts', {
   GATEWAY_SESSION_TOKEN_SECRET: 'bench-secret-value',
   LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
   PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 1_000_000_000 } }),
-});
+}, profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []);
+const pinned = pin(process.pid, clientCpu) && serverCpu >= 0;
 const auth = { authorization: `Bearer ${api.key}` };
 const targets: Target[] = [
   { name: 'bare Koa hello-world', opts: { url: `http://127.0.0.1:${bare.port}/` }, server: bare.child },
@@ -94,6 +129,8 @@ if (job.workflow_id) {
   process.stderr.write(`could not submit a job for the poll target: ${JSON.stringify(job)}\n`);
 }
 
+for (const t of targets) await autocannon({ ...t.opts, connections, duration: warmup, pipelining: 1 });
+
 const results = new Map<string, { rps: number[]; p50: number[]; p99: number[]; cpuUs: number[]; errors: number; non2xx: number }>();
 for (let r = 0; r < rounds; r++) {
   for (const t of targets) {
@@ -114,7 +151,10 @@ for (let r = 0; r < rounds; r++) {
 
 const baseline = median(results.get(targets[0].name)!.rps);
 const baseCpu = median(results.get(targets[0].name)!.cpuUs);
-console.log(`\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'})\n`);
+const placement = pinned ? `servers pinned to CPU ${serverCpu}, load generator to CPU ${clientCpu}` : 'not pinned';
+console.log(
+  `\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds after ${warmup} s warm-up, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'}; ${placement}; load average ${os.loadavg()[0].toFixed(1)})\n`,
+);
 console.log('| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa | errors | non-2xx |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 for (const [name, e] of results) {
