@@ -337,6 +337,8 @@ export class RealtimeSession {
     const base = {
       type: 'conversation.item.input_audio_transcription.completed',
       utterance_index: index,
+      // The language this utterance was sent with (a later session.update does not change it).
+      language: language === 'auto' ? '' : language,
       audio_duration_ms: audioMs,
       speech_duration_ms: speechMs,
     };
@@ -397,7 +399,6 @@ export class RealtimeSession {
     this.emit({
       ...base,
       text: '',
-      language: this.settings.language === 'auto' ? '' : this.settings.language,
       latency_ms: Math.round(this.now() - stoppedAt),
       error: { code: 'transcription_failed', message },
     });

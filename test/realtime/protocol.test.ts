@@ -214,6 +214,10 @@ describe('realtime protocol, real engine worker', function () {
         await c.stream(AUSTEN.subarray(0, 32000));
         c.send({ type: 'flush' });
         await transcriptionsReach(upstream, sent + 2);
+        // Back to English before the French utterance is answered: its event still says fr.
+        const again = c.events.length;
+        c.send({ type: 'session.update', language: 'en' });
+        await c.next('session.updated', 5000, again);
       });
       await c.waitFor((evs) => evs.filter((e) => e.type === COMPLETED).length === 2, 30_000);
       const requests = upstream.transcriptions().slice(sent);
