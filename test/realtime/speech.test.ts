@@ -64,7 +64,8 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
 
   before(async () => {
     const logger = createLogger({ level: 'warn' });
-    const inner = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), logger);
+    // Generous decode limits: correctness is tested here, speed in benchmarks (CI machines are shared).
+    const inner = createSpeechEngine(loadConfig({ STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '60000' }), logger);
     await inner.ready();
     engine = new Recording(inner);
     ctx = await createRealtimeContext({ engine });
@@ -98,7 +99,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     for (const ev of done) {
       expect(ev.error).to.equal(undefined);
       expect(ev.language).to.equal('en');
-      expect(ev.latency_ms).to.be.lessThan(10_000);
+      expect(ev.latency_ms).to.be.lessThan(30_000);
     }
     // Same audio straight into the engine gives the same words.
     for (const { req, res } of seen) {
