@@ -64,6 +64,8 @@ export interface AuthenticatorOptions {
 interface CacheEntry {
   row: KeyRow | null;
   at: number;
+  /** The answer for an active key, made on first use and shared (frozen) by the requests that hit this entry. */
+  admitted?: AuthResult;
 }
 
 /** Cached lookups and the lookups in flight, by hash or by id. */
@@ -130,15 +132,23 @@ export class Authenticator {
 
   /** `checkApiKey` for a key already hashed with `keyHash` (callers may keep the hash of a key they see again). */
   checkKeyHash(hash: string): AuthResult | Promise<AuthResult> {
-    const hit = this.byHash.entries.get(hash);
-    if (hit && Date.now() - hit.at < this.opts.keyCacheTtlMs) return this.principalFor(hit.row, 'api_key');
+    const hit = this.fresh(this.byHash, hash, this.findByHash);
+    if (hit) {
+      if (hit.admitted && effectiveStatus(hit.row!) === 'active') {
+        this.lastUsed.set(hit.row!.id, Date.now());
+        return hit.admitted;
+      }
+      const result = this.principalFor(hit.row, 'api_key');
+      if (result.ok) hit.admitted = Object.freeze({ ok: true, principal: Object.freeze(result.principal) });
+      return result;
+    }
     return this.loadApiKey(hash);
   }
 
   private async loadApiKey(hash: string): Promise<AuthResult> {
     let row: KeyRow | null;
     try {
-      row = await this.cached(this.byHash, hash, async () => (await this.store.findByHash(hash)) ?? null);
+      row = await this.cached(this.byHash, hash, this.findByHash);
     } catch (err) {
       this.logger?.warn({ err }, 'key store unavailable during authentication');
       return authFailure('auth_unavailable');
@@ -153,7 +163,7 @@ export class Authenticator {
     if (!claims) return authFailure('invalid_session_token');
     let row: KeyRow | null;
     try {
-      row = await this.cached(this.byId, claims.kid, async () => (await this.store.get(claims.kid)) ?? null);
+      row = await this.cached(this.byId, claims.kid, this.findById);
     } catch (err) {
       this.logger?.warn({ err }, 'key store unavailable during token verification');
       return authFailure('auth_unavailable');
@@ -211,25 +221,57 @@ export class Authenticator {
     return { ok: true, principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via } };
   }
 
-  private async cached(cache: Cache, k: string, load: () => Promise<KeyRow | null>): Promise<KeyRow | null> {
+  private readonly findByHash = async (hash: string) => (await this.store.findByHash(hash)) ?? null;
+  private readonly findById = async (id: string) => (await this.store.get(id)) ?? null;
+
+  private async cached(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): Promise<KeyRow | null> {
+    const hit = this.fresh(cache, k, load);
+    return hit ? hit.row : this.lookUp(cache, k, load);
+  }
+
+  /**
+   * The entry if it is younger than the TTL. A hot key's entry is looked up
+   * again in the background once it is 80% of the TTL old, so its requests
+   * do not all wait for the query when it expires; an entry is still never
+   * used past the TTL, which is what bounds how long a revocation takes.
+   */
+  private fresh(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): CacheEntry | undefined {
     const hit = cache.entries.get(k);
-    if (hit && Date.now() - hit.at < this.opts.keyCacheTtlMs) return hit.row;
+    if (!hit) return undefined;
+    const age = Date.now() - hit.at;
+    if (age >= this.opts.keyCacheTtlMs) return undefined;
+    if (age >= this.opts.keyCacheTtlMs * 0.8 && !cache.loading.has(k)) {
+      this.lookUp(cache, k, load).catch((err: unknown) => this.logger?.debug({ err }, 'background key lookup failed'));
+    }
+    return hit;
+  }
+
+  /** One query per key at a time; its row replaces the cache entry unless a revocation came in meanwhile. */
+  private lookUp(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): Promise<KeyRow | null> {
     const pending = cache.loading.get(k);
     if (pending) return pending;
-    // The entry's age counts from when the query started: a revocation committed after that is seen at the next refresh.
+    // The entry's age counts from when the query started: a revocation committed after that is seen at the next lookup.
     const started = Date.now();
     const generation = this.generation;
-    const p = load().finally(() => {
-      if (cache.loading.get(k) === p) cache.loading.delete(k);
-    });
+    const p: Promise<KeyRow | null> = load(k).then(
+      (row) => {
+        if (cache.loading.get(k) === p) {
+          cache.loading.delete(k);
+          if (generation === this.generation) {
+            const { entries } = cache;
+            if (entries.size >= this.maxEntries) entries.delete(entries.keys().next().value as string);
+            entries.delete(k);
+            entries.set(k, { row, at: started });
+          }
+        }
+        return row;
+      },
+      (err: unknown) => {
+        if (cache.loading.get(k) === p) cache.loading.delete(k);
+        throw err;
+      },
+    );
     cache.loading.set(k, p);
-    const row = await p;
-    if (generation === this.generation && cache.loading.get(k) === undefined) {
-      const { entries } = cache;
-      if (entries.size >= this.maxEntries) entries.delete(entries.keys().next().value as string);
-      entries.delete(k);
-      entries.set(k, { row, at: started });
-    }
-    return row;
+    return p;
   }
 }

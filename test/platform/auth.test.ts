@@ -122,6 +122,28 @@ describe('authentication of transcription routes (shared/auth)', () => {
     }
   });
 
+  it('looks a busy key up again before its entry expires, so its requests do not wait for the query', async () => {
+    const { key } = await issueKey(a, { plan: 'pro' });
+    let lookups = 0;
+    const count = (q: { sql: string }) => {
+      if (q.sql.includes('key_hash')) lookups++;
+    };
+    const ttl = a.config.auth.keyCacheTtlMs;
+    await request(a.server).post(TOKEN).set(bearer(key)).expect(200);
+    const loaded = Date.now();
+    a.deps.db.on('query', count);
+    try {
+      await new Promise((r) => setTimeout(r, ttl * 0.85 - (Date.now() - loaded)));
+      await request(a.server).post(TOKEN).set(bearer(key)).expect(200); // answered from the entry, refreshed behind it
+      await new Promise((r) => setTimeout(r, ttl + 100 - (Date.now() - loaded)));
+      expect(lookups).to.equal(1);
+      await request(a.server).post(TOKEN).set(bearer(key)).expect(200); // the refreshed entry is still fresh
+      expect(lookups).to.equal(1);
+    } finally {
+      a.deps.db.removeListener('query', count);
+    }
+  });
+
   it('keeps lastUsedAt current with batched writes, not one write per request', async () => {
     const { key, id } = await issueKey(a);
     const before = await a.deps.db('api_keys').where({ id }).first();
