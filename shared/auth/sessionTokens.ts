@@ -6,16 +6,20 @@
  */
 import { type KeyObject, createHmac, createSecretKey, randomBytes, timingSafeEqual } from 'node:crypto';
 
-/** Nonces come from a pool refilled 4 KiB at a time: one getrandom call per 512 tokens, not one per token. */
-let pool = Buffer.alloc(0);
+/**
+ * Nonces (72 random bits, 12 base64url characters) are cut from a pool of 455
+ * made at once: one getrandom call and one base64 encoding per 455 tokens.
+ */
+const NONCE_CHARS = 12;
+let pool = '';
 let offset = 0;
 function nonce(): string {
-  if (offset + 8 > pool.length) {
-    pool = randomBytes(4096);
+  if (offset + NONCE_CHARS > pool.length) {
+    pool = randomBytes((455 * NONCE_CHARS * 3) / 4).toString('base64url');
     offset = 0;
   }
-  offset += 8;
-  return pool.toString('base64url', offset - 8, offset);
+  offset += NONCE_CHARS;
+  return pool.slice(offset - NONCE_CHARS, offset);
 }
 
 export const SESSION_TOKEN_PREFIX = 'rt_';
