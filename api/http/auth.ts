@@ -3,8 +3,8 @@
  * admin routes (operator token). The key logic lives in shared/auth so the
  * realtime tier uses exactly the same rules.
  */
-import type { Middleware } from 'koa';
-import { Authenticator, type AuthFailure, authFailure } from '../../shared/auth/index.js';
+import type { Context, Middleware, Next } from 'koa';
+import { Authenticator, type AuthFailure, type AuthResult, authFailure } from '../../shared/auth/index.js';
 import { safeEqual } from '../../shared/auth/keys.js';
 import { ApiError } from './errors.js';
 
@@ -25,9 +25,19 @@ export function authError(f: AuthFailure): ApiError {
 const LAST_KEY = Symbol('stt.lastApiKey');
 type KeyedSocket = { [LAST_KEY]?: { header: string; hash: string } };
 
-/** Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. */
+/**
+ * Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. Not an
+ * async function: a cached key is answered at once and the call passed on
+ * without a promise of its own (koa-compose turns a synchronous throw into a
+ * rejection).
+ */
 export function requireApiKey(auth: Authenticator): Middleware {
-  return async (ctx, next) => {
+  const admit = (ctx: Context, next: Next, result: AuthResult) => {
+    if (!result.ok) throw authError(result);
+    ctx.state.principal = result.principal;
+    return next();
+  };
+  return (ctx, next) => {
     const header = ctx.req.headers.authorization;
     const socket = (ctx.req.socket ?? {}) as unknown as KeyedSocket;
     let hash = header !== undefined && socket[LAST_KEY]?.header === header ? socket[LAST_KEY].hash : undefined;
@@ -39,11 +49,9 @@ export function requireApiKey(auth: Authenticator): Middleware {
       if (hash === undefined) throw authError(authFailure('invalid_api_key'));
       socket[LAST_KEY] = { header: header!, hash };
     }
-    let result = auth.checkKeyHash(hash);
-    if (result instanceof Promise) result = await result; // the key store is asked only when the cache is stale
-    if (!result.ok) throw authError(result);
-    ctx.state.principal = result.principal;
-    await next();
+    const result = auth.checkKeyHash(hash);
+    // The key store is asked only when the cache entry is stale.
+    return result instanceof Promise ? result.then((r) => admit(ctx, next, r)) : admit(ctx, next, result);
   };
 }
 

@@ -1,5 +1,5 @@
-import type { Middleware } from 'koa';
-import type { LimitsDriver } from '../../shared/limits/index.js';
+import type { Context, Middleware, Next } from 'koa';
+import type { LimitsDriver, RateDecision } from '../../shared/limits/index.js';
 import type { Principal } from '../../shared/auth/index.js';
 import { ApiError } from './errors.js';
 
@@ -8,11 +8,7 @@ import { ApiError } from './errors.js';
  * one Redis. Refused with 429 and Retry-After in the plane's error shape.
  */
 export function requestRateLimit(limits: LimitsDriver): Middleware {
-  return async (ctx, next) => {
-    const principal = ctx.state.principal as Principal;
-    const perMinute = principal.limits.maxRequestsPerMinute;
-    let d = limits.consumeNow('requests', principal.keyId, perMinute);
-    if (d instanceof Promise) d = await d; // Redis is asked only when this instance's reservation is spent
+  const decide = (ctx: Context, next: Next, d: RateDecision, perMinute: number) => {
     // Straight to Node: nothing has been sent yet, and Koa's ctx.set allocates per call.
     ctx.res.setHeader('X-RateLimit-Limit', String(d.limit));
     ctx.res.setHeader('X-RateLimit-Remaining', String(d.remaining));
@@ -23,6 +19,14 @@ export function requestRateLimit(limits: LimitsDriver): Middleware {
         headers: { 'Retry-After': retryAfter },
       });
     }
-    await next();
+    return next();
+  };
+  // Not async, like requireApiKey: most requests are decided from this instance's reservation at once.
+  return (ctx, next) => {
+    const principal = ctx.state.principal as Principal;
+    const perMinute = principal.limits.maxRequestsPerMinute;
+    const d = limits.consumeNow('requests', principal.keyId, perMinute);
+    // Redis is asked only when this instance's reservation is spent.
+    return d instanceof Promise ? d.then((x) => decide(ctx, next, x, perMinute)) : decide(ctx, next, d, perMinute);
   };
 }
