@@ -17,12 +17,13 @@
  * (JIT, caches, the key cache) before the measured rounds. `--cpu-prof DIR`
  * runs the API server under `node --cpu-prof` and writes its profile there.
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { createTestDatabase, TEST_REDIS_URL } from '../../helpers/db.js';
+import { pinToCpu as pin } from './pin.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 // Run the servers the way this script runs: compiled JavaScript, or TypeScript through tsx.
@@ -40,17 +41,6 @@ const serverCpu = arg('server-cpu', cores >= 2 ? 0 : -1);
 const clientCpu = arg('client-cpu', cores >= 2 ? 1 : -1);
 const profIndex = process.argv.indexOf('--cpu-prof');
 const profDir = profIndex > 0 ? path.resolve(process.argv[profIndex + 1]) : undefined;
-
-/** Pins a process and all its threads to one CPU; returns false when taskset is unavailable. */
-function pin(pid: number, cpu: number): boolean {
-  if (cpu < 0) return false;
-  try {
-    execFileSync('taskset', ['-a', '-p', '-c', String(cpu), String(pid)], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function start(
   file: string,
