@@ -235,6 +235,8 @@ export class WorkflowRunner {
 
     // ---- transcribe, `concurrency` chunks at a time ----
     const concurrency = Math.max(1, Math.min(Math.floor(p.concurrency) || 1, config.maxConcurrency));
+    // Engine calls of this job in flight: `concurrency`, shared by the utterances of every chunk in flight.
+    const jobSlots = new Semaphore(concurrency);
     const summaries: ChunkSummary[] = new Array(slicePlan.slices.length);
     const queue = [...slicePlan.slices];
     let transcribedSeconds = 0;
@@ -254,7 +256,7 @@ export class WorkflowRunner {
           name,
           100 + slice.index,
           signal,
-          () => this.transcribeChunk(row, slice, probed, pcmFile!, signal),
+          () => this.transcribeChunk(row, slice, probed, pcmFile!, jobSlots, signal),
           config.chunkAttempts,
         );
         await store.putJson(key, cp);
@@ -373,7 +375,21 @@ export class WorkflowRunner {
     };
   }
 
-  private async transcribeChunk(row: WorkflowRow, slice: Slice, probe: ProbeOutput, pcmFile: string, signal: AbortSignal): Promise<ChunkCheckpoint> {
+  /**
+   * One chunk: its utterances go to the engine in parallel, within the job's
+   * slots (`concurrency`) and the process's engine slots, so that a job's
+   * last chunk keeps every slot busy instead of one, and a decoder that is
+   * slowed down simply takes fewer utterances. Decoding is per utterance, so
+   * the transcript does not depend on which decoder took which.
+   */
+  private async transcribeChunk(
+    row: WorkflowRow,
+    slice: Slice,
+    probe: ProbeOutput,
+    pcmFile: string,
+    jobSlots: Semaphore,
+    signal: AbortSignal,
+  ): Promise<ChunkCheckpoint> {
     const p = row.params;
     const { config } = this.d;
     const { start, end } = sliceByteRange(slice);
@@ -392,25 +408,40 @@ export class WorkflowRunner {
     let language = p.language ?? '';
     let engineMs = 0;
     let workerId = '';
-    for (const piece of pieces) {
-      const bytes = sliceByteRange(piece);
-      const r = await this.d.engineSlots.run(signal, () =>
-        this.d.speech.transcribe({
-          pcm: pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length)),
-          language: p.language,
-          prompt: p.prompt,
-          model: p.model,
-          signal,
-          attemptTimeoutMs: engineAttemptTimeoutMs(config, piece.end - piece.start),
-        }),
-      );
+    // The first failure stops the chunk's other utterances (the step retries the chunk).
+    const failed = new AbortController();
+    const pieceSignal = AbortSignal.any([signal, failed.signal]);
+    const results = await Promise.all(
+      pieces.map((piece) => {
+        const bytes = sliceByteRange(piece);
+        return jobSlots
+          .run(pieceSignal, () =>
+            this.d.engineSlots.run(pieceSignal, () =>
+              this.d.speech.transcribe({
+                pcm: pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length)),
+                language: p.language,
+                prompt: p.prompt,
+                model: p.model,
+                signal: pieceSignal,
+                attemptTimeoutMs: engineAttemptTimeoutMs(config, piece.end - piece.start),
+              }),
+            ),
+          )
+          .catch((err: unknown) => {
+            failed.abort(err);
+            throw err;
+          });
+      }),
+    );
+    pieces.forEach((piece, i) => {
+      const r = results[i];
       engineMs += r.engineMs;
       workerId = r.workerId;
       language ||= r.language;
       if (r.text.trim()) texts.push(r.text.trim());
       for (const s of r.segments) segments.push({ start: piece.start + s.start, end: piece.start + s.end, text: s.text, confidence: s.confidence });
       for (const w of r.words) words.push({ word: w.word, start: piece.start + w.start, end: piece.start + w.end, confidence: w.confidence });
-    }
+    });
     return {
       index: slice.index,
       start: slice.start,

@@ -195,6 +195,38 @@ describe('batch: workflow end to end', function () {
     expect(done.body.output.result.segments.map((s: { text: string }) => s.text)).to.deep.equal(firstResult.segments.map((s) => s.text));
   });
 
+  it('a single chunk at concurrency 2 keeps both decoders busy: its utterances go to the engine in parallel', async () => {
+    // Observe the real engine's calls (pass-through): how many are in flight at once.
+    const speech = t.deps.speech!;
+    const transcribe = speech.transcribe;
+    let inFlight = 0;
+    let most = 0;
+    speech.transcribe = async (req) => {
+      most = Math.max(most, ++inFlight);
+      try {
+        return await transcribe.call(speech, req);
+      } finally {
+        inFlight--;
+      }
+    };
+    try {
+      const sub = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({ audio_url: `${files.url}/talk.wav`, segment_seconds: 100, concurrency: 2 });
+      const done = await waitDone(sub.body.workflow_id);
+      expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+      expect(done.body.output.report).to.include({ chunk_count: 1, concurrency: 2 });
+      expect(most).to.equal(2);
+      const text = done.body.output.result.text.toLowerCase();
+      expect(text).to.match(/country/);
+      // The utterances are put back in order.
+      expect(text.indexOf('country')).to.be.below(text.search(/dashwood|disposed|selfish|norland|estate/));
+    } finally {
+      speech.transcribe = transcribe;
+    }
+  });
+
   it('errors a job whose audio cannot be fetched, with error {name, message} and no output', async () => {
     const freeKey = (await issueKey(t, { ownerId: 'tenant-c', plan: 'free' })).key;
     const sub = await request(t.server)
