@@ -147,10 +147,12 @@ export function createLogger(
  * (or every 250 ms) instead of one write system call per line: at thousands
  * of requests per second that is the largest cost of an access log. The lines
  * are joined here and handed to pino's sonic-boom destination a batch at a
- * time: handed each line, sonic-boom measures the UTF-8 length of its whole
- * pending buffer on every write, which cost more than formatting the line.
- * All loggers of a process share one stdout destination. Buffered lines are
- * written synchronously at exit.
+ * time (handed each line, sonic-boom measures the UTF-8 length of its whole
+ * pending buffer on every write, which cost more than formatting the line),
+ * and sonic-boom writes each batch synchronously, pino's default for stdout:
+ * one write system call per batch, without a hand-off to libuv's thread pool
+ * and back. All loggers of a process share one stdout destination. Buffered
+ * lines are written at exit.
  */
 class BatchedStdout implements DestinationStream {
   private lines: string[] = [];
@@ -192,7 +194,7 @@ let stdout: BatchedStdout | undefined;
 
 function stdoutDestination(): DestinationStream {
   if (stdout) return stdout;
-  const out = (stdout = new BatchedStdout(pino.destination({ dest: 1, sync: false }), 4096));
+  const out = (stdout = new BatchedStdout(pino.destination({ dest: 1, sync: true }), 4096));
   setInterval(() => out.drain(), 250).unref();
   process.once('exit', () => {
     try {
