@@ -4,11 +4,12 @@
  *
  * - `InlineVad`: segmenters and silero in the calling thread; events are
  *   delivered synchronously inside `push`/`flush` (tests, small deployments).
- * - `ThreadedVad`: segmenters and silero pools in worker threads, streams
- *   spread over them; frames are batched per event-loop turn into one message
- *   per thread, events come back batched. The main thread (the WebSocket
- *   server's event loop) then only moves bytes, so its latency stays low while
- *   the model runs on the other cores.
+ * - `ThreadedVad`: segmenters and one batched silero model per worker thread,
+ *   streams spread over the threads; frames are collected for up to
+ *   `batchWaitMs` into one message per thread, events come back batched. The
+ *   main thread (the WebSocket server's event loop) then only moves bytes, so
+ *   its latency stays low while the model runs on the other cores; the wait
+ *   lets the thread classify many streams' windows per model call.
  *
  * After each `flush()` the stream delivers a `{type: 'flushed'}` marker once
  * the flush's own events have been delivered.
@@ -18,7 +19,7 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { SileroPool, type PoolStats } from './silero.js';
-import { Segmenter, type SegmenterEvent, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
+import { Segmenter, WINDOW_BYTES, type SegmenterEvent, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
 
 export type VadEvent = SegmenterEvent | { type: 'flushed' };
 
@@ -50,8 +51,9 @@ export interface VadServiceOptions extends SegmenterOptions {
   poolWarm: number;
   poolMax: number;
   /**
-   * VAD threads: how long arriving audio may wait so that the windows of many
-   * streams share one model call (0 = every turn of the thread's loop).
+   * VAD threads: how long arriving audio may wait before it is sent to its
+   * thread, so that the windows of many streams share one model call (0 = at
+   * the end of each event-loop turn).
    */
   batchWaitMs?: number;
   /** ... unless this many windows of audio are already waiting. */
@@ -102,7 +104,7 @@ export type ToThread =
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
 
-/** One message per thread per event-loop turn: operations plus the audio they point into. */
+/** One message per thread per batch: operations plus the audio they point into. */
 export interface ToThreadBatch {
   ops: ToThread[];
   chunks: ArrayBuffer[];
@@ -132,10 +134,12 @@ const STAGE_BYTES = 64 * 1024;
 interface Lane {
   worker: Worker;
   outbox: ToThread[];
-  /** Audio of this turn's frames, copied into few large buffers (one allocation per 64 KiB, not per frame). */
+  /** Audio of the batch's frames, copied into few large buffers (one allocation per 64 KiB, not per frame). */
   chunks: ArrayBuffer[];
   stage: Buffer | null;
   staged: number;
+  /** Audio bytes in the outbox. */
+  audioBytes: number;
   streams: number;
   models: PoolStats;
 }
@@ -144,7 +148,10 @@ export class ThreadedVad implements VadService {
   private readonly lanes: Lane[] = [];
   private readonly handlers = new Map<number, (events: VadEvent[]) => void>();
   private nextId = 1;
-  private scheduled = false;
+  private immediate = false;
+  private timer: NodeJS.Timeout | null = null;
+  private waitMs = 0;
+  private batchBytes = Infinity;
   private closed = false;
   private failed: Error | null = null;
   private readonly failureListeners: ((err: Error) => void)[] = [];
@@ -169,6 +176,8 @@ export class ThreadedVad implements VadService {
 
   static async start(threads: number, opts: VadServiceOptions): Promise<ThreadedVad> {
     const vad = new ThreadedVad();
+    vad.waitMs = opts.batchWaitMs ?? 0;
+    vad.batchBytes = (opts.batchWindows ?? 64) * WINDOW_BYTES;
     const perThread = {
       ...opts,
       poolWarm: Math.ceil(opts.poolWarm / threads),
@@ -177,7 +186,7 @@ export class ThreadedVad implements VadService {
     await Promise.all(
       Array.from({ length: threads }, async () => {
         const worker = startThread(perThread);
-        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
+        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, audioBytes: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
         await new Promise<void>((resolve, reject) => {
           worker.once('error', reject);
           worker.on('message', (m: FromThread) => {
@@ -205,17 +214,28 @@ export class ThreadedVad implements VadService {
     }
   }
 
-  private send(lane: Lane, msg: ToThread): void {
+  /**
+   * Queues an operation for the lane's thread. Audio waits up to `batchWaitMs`, so that a
+   * thread gets many streams' frames per message (and per model call); a flush, or a lane
+   * with `batchWindows` of audio waiting, goes at the end of the current event-loop turn.
+   */
+  private send(lane: Lane, msg: ToThread, now = false): void {
     lane.outbox.push(msg);
-    if (!this.scheduled) {
-      this.scheduled = true;
-      // One message per thread per event-loop turn, however many frames arrived in it.
+    if (msg.op === 'push') lane.audioBytes += msg.len;
+    if (this.immediate) return;
+    if (now || this.waitMs <= 0 || lane.audioBytes >= this.batchBytes) {
+      this.immediate = true;
       setImmediate(() => this.drain());
+    } else if (!this.timer) {
+      this.timer = setTimeout(() => this.drain(), this.waitMs);
+      this.timer.unref();
     }
   }
 
   private drain(): void {
-    this.scheduled = false;
+    this.immediate = false;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
     for (const lane of this.lanes) {
       if (lane.outbox.length === 0) continue;
       const batch: ToThreadBatch = { ops: lane.outbox, chunks: lane.chunks };
@@ -223,6 +243,7 @@ export class ThreadedVad implements VadService {
       lane.chunks = [];
       lane.stage = null;
       lane.staged = 0;
+      lane.audioBytes = 0;
       lane.worker.postMessage(batch, batch.chunks);
     }
   }
@@ -247,7 +268,8 @@ export class ThreadedVad implements VadService {
         this.send(lane, { op: 'push', id, chunk: lane.chunks.length - 1, off: lane.staged, len: pcm.length });
         lane.staged += pcm.length;
       },
-      flush: () => !closed && this.send(lane, { op: 'flush', id }),
+      // A flush answers a client waiting for its transcript: no batching delay.
+      flush: () => !closed && this.send(lane, { op: 'flush', id }, true),
       configure: (s) => !closed && this.send(lane, { op: 'configure', id, settings: s }),
       close: () => {
         if (closed) return;
@@ -268,6 +290,7 @@ export class ThreadedVad implements VadService {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
     await Promise.all(this.lanes.map((l) => l.worker.terminate()));
   }
 }

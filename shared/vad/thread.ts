@@ -5,7 +5,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { SileroPool } from './silero.js';
-import { Segmenter, WINDOW_BYTES } from './segmenter.js';
+import { Segmenter } from './segmenter.js';
 import type { FromThread, ToThread, ToThreadBatch, VadEvent, VadServiceOptions } from './service.js';
 
 const opts = workerData as VadServiceOptions;
@@ -14,12 +14,13 @@ let lastStats = 0;
 
 /*
  * Batching: every window that needs silero waits for one model call over all the streams
- * of this thread (SileroModel.run, batch N). Messages are collected for up to
- * `batchWaitMs` (or until `batchWindows` windows of audio are waiting), then processed in
- * rounds: each stream runs its segmenter until a window needs the model (the stream is then
- * blocked, and its later operations wait behind it, in order); one model call classifies the
- * waiting windows of all blocked streams; they resume; and so on until every stream has used
- * up its audio. A stream's events keep their order; streams are independent.
+ * of this thread (SileroModel.run, batch N). The main thread collects frames for up to
+ * `batchWaitMs` per message (service.ts); whatever has arrived when the thread gets to it
+ * is processed in rounds: each stream runs its segmenter until a window needs the model
+ * (the stream is then blocked, and its later operations wait behind it, in order); one
+ * model call classifies the waiting windows of all blocked streams; they resume; and so on
+ * until every stream has used up its audio. A stream's events keep their order; streams
+ * are independent.
  */
 /** Queued operations with their audio resolved to buffers. */
 type Op = Exclude<ToThread, { op: 'push' }> | { op: 'push'; id: number; pcm: Buffer };
@@ -32,48 +33,23 @@ interface Stream {
 
 const streams = new Map<number, Stream>();
 const segOpts = { ...opts, deferred: true };
-const waitMs = opts.batchWaitMs ?? 0;
-const batchBytes = (opts.batchWindows ?? 64) * WINDOW_BYTES;
 let inbox: Op[] = [];
-let inboxBytes = 0;
-let inboxFlush = false;
-let timer: NodeJS.Timeout | null = null;
-let immediate = false;
+let scheduled = false;
 
 parentPort!.on('message', (batch: ToThreadBatch) => {
   for (const m of batch.ops) {
-    if (m.op === 'push') {
-      inbox.push({ op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) });
-      inboxBytes += m.len;
-    } else {
-      inbox.push(m);
-      if (m.op === 'flush') inboxFlush = true;
-    }
+    inbox.push(m.op === 'push' ? { op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) } : m);
   }
-  schedule();
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(processInbox);
+  }
 });
 
-function schedule(): void {
-  if (immediate) return;
-  if (waitMs <= 0 || inboxBytes >= batchBytes || inboxFlush) {
-    // Enough audio for a good batch, or a flush (whose caller waits for the result).
-    if (timer) clearTimeout(timer);
-    timer = null;
-    immediate = true;
-    setImmediate(processInbox);
-  } else if (!timer) {
-    timer = setTimeout(processInbox, waitMs);
-  }
-}
-
 function processInbox(): void {
-  immediate = false;
-  if (timer) clearTimeout(timer);
-  timer = null;
+  scheduled = false;
   const ops = inbox;
   inbox = [];
-  inboxBytes = 0;
-  inboxFlush = false;
   const out = new Map<number, VadEvent[]>();
   const emit = (id: number, evs: VadEvent[]) => {
     if (evs.length === 0) return;
