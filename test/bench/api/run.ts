@@ -5,7 +5,7 @@
  * are reported with the ratio to bare Koa.
  *
  *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3] [--warmup 2]
- *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR]
+ *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR] [--perf]
  *
  * or, as production runs it, compiled:  npm run build && node dist/test/bench/api/run.js
  *
@@ -16,8 +16,10 @@
  * duration. `--server-cpu -1` turns pinning off. Each target is warmed up
  * (JIT, caches, the key cache) before the measured rounds. `--cpu-prof DIR`
  * runs the API server under `node --cpu-prof` and writes its profile there.
+ * `--perf` also counts the server's instructions per request (`perf stat`,
+ * user + kernel), which a busy shared machine disturbs far less than time.
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork, spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,6 +41,7 @@ const warmup = arg('warmup', 2);
 const cores = os.availableParallelism();
 const serverCpu = arg('server-cpu', cores >= 2 ? 0 : -1);
 const clientCpu = arg('client-cpu', cores >= 2 ? 1 : -1);
+const usePerf = process.argv.includes('--perf');
 const profIndex = process.argv.indexOf('--cpu-prof');
 const profDir = profIndex > 0 ? path.resolve(process.argv[profIndex + 1]) : undefined;
 
@@ -78,6 +81,21 @@ function cpuOf(child: ChildProcess): Promise<number> {
     child.on('message', on);
     child.send('cpu');
   });
+}
+
+/** Instructions (user + kernel) the process `pid` executes while `work` runs, counted by `perf stat`; NaN without perf. */
+async function instructionsDuring<T>(pid: number, work: () => Promise<T>): Promise<{ result: T; instructions: number }> {
+  if (!usePerf) return { result: await work(), instructions: NaN };
+  const perf = spawn('perf', ['stat', '-x,', '-e', 'instructions:u,instructions:k', '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let report = '';
+  perf.stderr.on('data', (d: Buffer) => (report += d.toString()));
+  const exited = new Promise((r) => perf.once('close', r));
+  await new Promise((r) => setTimeout(r, 300)); // attached
+  const result = await work();
+  perf.kill('SIGINT');
+  await exited;
+  const counts = report.split('\n').filter((l) => /,instructions:[uk],/.test(l)).map((l) => Number(l.split(',')[0]));
+  return { result, instructions: counts.length === 2 ? counts[0] + counts[1] : NaN };
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -121,14 +139,20 @@ if (job.workflow_id) {
 
 for (const t of targets) await autocannon({ ...t.opts, connections, duration: warmup, pipelining: 1 });
 
-const results = new Map<string, { rps: number[]; p50: number[]; p99: number[]; cpuUs: number[]; errors: number; non2xx: number }>();
+const results = new Map<
+  string,
+  { rps: number[]; p50: number[]; p99: number[]; cpuUs: number[]; instr: number[]; errors: number; non2xx: number }
+>();
 for (let r = 0; r < rounds; r++) {
   for (const t of targets) {
     const cpu0 = await cpuOf(t.server);
-    const res = await autocannon({ ...t.opts, connections, duration, pipelining: 1 });
+    const { result: res, instructions } = await instructionsDuring(t.server.pid!, () =>
+      autocannon({ ...t.opts, connections, duration, pipelining: 1 }),
+    );
     const cpuUs = (await cpuOf(t.server)) - cpu0;
-    const e = results.get(t.name) ?? { rps: [], p50: [], p99: [], cpuUs: [], errors: 0, non2xx: 0 };
+    const e = results.get(t.name) ?? { rps: [], p50: [], p99: [], cpuUs: [], instr: [], errors: 0, non2xx: 0 };
     e.cpuUs.push(cpuUs / Math.max(1, res.requests.total));
+    e.instr.push(instructions / Math.max(1, res.requests.total));
     e.rps.push(res.requests.average);
     e.p50.push(res.latency.p50);
     e.p99.push(res.latency.p99);
@@ -141,17 +165,21 @@ for (let r = 0; r < rounds; r++) {
 
 const baseline = median(results.get(targets[0].name)!.rps);
 const baseCpu = median(results.get(targets[0].name)!.cpuUs);
+const baseInstr = median(results.get(targets[0].name)!.instr);
 const placement = pinned ? `servers pinned to CPU ${serverCpu}, load generator to CPU ${clientCpu}` : 'not pinned';
 console.log(
   `\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds after ${warmup} s warm-up, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'}; ${placement}; load average ${os.loadavg()[0].toFixed(1)})\n`,
 );
-console.log('| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa | errors | non-2xx |');
-console.log('|---|---|---|---|---|---|---|---|---|');
+const perfHead = usePerf ? ' server k-instructions/req | instruction ratio vs bare Koa |' : '';
+console.log(`| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa |${perfHead} errors | non-2xx |`);
+console.log(`|---|---|---|---|---|---|---|${usePerf ? '---|---|' : ''}---|---|`);
 for (const [name, e] of results) {
   const rps = median(e.rps);
   const cpu = median(e.cpuUs);
+  const instr = median(e.instr);
+  const perfCols = usePerf ? ` ${(instr / 1000).toFixed(0)} | ${((baseInstr / instr) * 100).toFixed(0)}% |` : '';
   console.log(
-    `| ${name} | ${Math.round(rps)} | ${((rps / baseline) * 100).toFixed(0)}% | ${median(e.p50)} | ${median(e.p99)} | ${cpu.toFixed(1)} | ${((baseCpu / cpu) * 100).toFixed(0)}% | ${e.errors} | ${e.non2xx} |`,
+    `| ${name} | ${Math.round(rps)} | ${((rps / baseline) * 100).toFixed(0)}% | ${median(e.p50)} | ${median(e.p99)} | ${cpu.toFixed(1)} | ${((baseCpu / cpu) * 100).toFixed(0)}% |${perfCols} ${e.errors} | ${e.non2xx} |`,
   );
 }
 
