@@ -11,6 +11,7 @@
  * next run resumes from the checkpoints.
  */
 import { randomBytes } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
@@ -411,6 +412,8 @@ export class WorkflowRunner {
     // The first failure stops the chunk's other utterances (the step retries the chunk).
     const failed = new AbortController();
     const pieceSignal = AbortSignal.any([signal, failed.signal]);
+    // Every utterance waiting for a slot or in the engine listens to it (each removes its listener when done).
+    setMaxListeners(0, pieceSignal);
     const results = await Promise.all(
       pieces.map((piece) => {
         const bytes = sliceByteRange(piece);
