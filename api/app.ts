@@ -17,7 +17,7 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
   const router = new Router();
   for (const m of modules) m.register(router, deps);
 
-  app.use(requestContext(deps.logger));
+  app.use(requestContext(deps.logger, { sample: deps.config.accessLogSample }));
   app.use(errorHandler());
   app.use(routes(router));
   app.use(router.allowedMethods({ throw: false }));

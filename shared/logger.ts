@@ -44,7 +44,11 @@ function isFlatAndClean(obj: Record<string, unknown>): boolean {
   return true;
 }
 
-/** One access-log line: what `logger.info({reqId, method, path, status, ms, keyId}, 'request')` writes. */
+/**
+ * One access-log line: what `logger.info({reqId, method, path, status, ms,
+ * keyId, sample}, 'request')` writes. `sample` (the share of such requests
+ * logged, when below 1) lets a reader scale counts; omitted at 1.
+ */
 export type AccessLogWriter = (
   reqId: string,
   method: string,
@@ -52,6 +56,7 @@ export type AccessLogWriter = (
   status: number,
   ms: number,
   keyId: string | undefined,
+  sample?: number,
 ) => void;
 
 /** Printable ASCII without `"` or `\`: a JSON string as it is. */
@@ -76,8 +81,8 @@ function jsonString(s: string): string {
  */
 export function accessLogWriter(logger: Logger): AccessLogWriter | undefined {
   if (!logger.isLevelEnabled('info')) return undefined;
-  const fallback: AccessLogWriter = (reqId, method, path, status, ms, keyId) =>
-    logger.info({ reqId, method, path, status, ms, keyId }, 'request');
+  const fallback: AccessLogWriter = (reqId, method, path, status, ms, keyId, sample) =>
+    logger.info({ reqId, method, path, status, ms, keyId, sample: sample !== undefined && sample < 1 ? sample : undefined }, 'request');
   const l = logger as unknown as Record<symbol, unknown>;
   const sym = pino.symbols as unknown as Record<string, symbol>;
   const prefix = (l[pino.symbols.lsCacheSym] as Record<number, string> | undefined)?.[logger.levels.values.info];
@@ -97,10 +102,11 @@ export function accessLogWriter(logger: Logger): AccessLogWriter | undefined {
     l[pino.symbols.messageKeySym] === 'msg';
   if (!plain) return fallback;
   const now = time as () => string;
-  return (reqId, method, path, status, ms, keyId) => {
+  return (reqId, method, path, status, ms, keyId, sample) => {
     const key = keyId === undefined ? '' : `,"keyId":${jsonString(keyId)}`;
+    const sampled = sample !== undefined && sample < 1 ? `,"sample":${sample}` : '';
     stream.write(
-      `${prefix}${now()}${bindings},"reqId":${jsonString(reqId)},"method":${jsonString(method)},"path":${jsonString(path)},"status":${status},"ms":${ms}${key},"msg":"request"${end}`,
+      `${prefix}${now()}${bindings},"reqId":${jsonString(reqId)},"method":${jsonString(method)},"path":${jsonString(path)},"status":${status},"ms":${ms}${key}${sampled},"msg":"request"${end}`,
     );
   };
 }

@@ -28,8 +28,13 @@ export class RequestState {
   }
 }
 
-export function requestContext(logger: Logger): Middleware {
+/**
+ * `sample` (ACCESS_LOG_SAMPLE): the share of successful requests (status <
+ * 400) that get an access line; refused and failed ones always do.
+ */
+export function requestContext(logger: Logger, opts: { sample?: number } = {}): Middleware {
   const accessLog = accessLogWriter(logger);
+  const sample = opts.sample ?? 1;
   return async (ctx, next) => {
     const incoming = ctx.req.headers['x-request-id'];
     const requestId = typeof incoming === 'string' && SAFE_ID.test(incoming) ? incoming : randomUUID();
@@ -39,10 +44,12 @@ export function requestContext(logger: Logger): Middleware {
     try {
       await next();
     } finally {
-      if (accessLog) {
+      const status = ctx.status;
+      if (accessLog && (sample >= 1 || status >= 400 || Math.random() < sample)) {
         // Path only: query strings may carry tokens.
         const ms = Math.round((performance.now() - started) * 10) / 10;
-        accessLog(requestId, ctx.method, ctx.path, ctx.status, ms, (ctx.state.principal as { keyId?: string } | undefined)?.keyId);
+        const keyId = (ctx.state.principal as { keyId?: string } | undefined)?.keyId;
+        accessLog(requestId, ctx.method, ctx.path, status, ms, keyId, sample);
       }
     }
   };

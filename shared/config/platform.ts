@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { type Env, str, int, bool, json } from './env.js';
+import { type Env, ConfigError, str, int, bool, json, num } from './env.js';
 import type { PlanLimits } from '../plans.js';
 
 export interface PlatformConfig {
@@ -26,6 +26,11 @@ export interface PlatformConfig {
   /** Length of the rolling billing window for maxAudioSecondsPerWindow. */
   usageWindowSeconds: number;
   logLevel: string;
+  /**
+   * Share (0–1] of successful requests (status < 400) that get an access-log
+   * line; refused and failed requests always do. 1 logs every request.
+   */
+  accessLogSample: number;
   serviceName: string;
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
   embedded: { pgPort: number };
@@ -59,7 +64,14 @@ export function platformConfig(env: Env): PlatformConfig {
     },
     usageWindowSeconds: int(env, 'USAGE_WINDOW_SECONDS', 86_400, 1),
     logLevel: str(env, 'LOG_LEVEL', 'info'),
+    accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
     embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
   };
+}
+
+function fraction(env: Env, name: string, fallback: number): number {
+  const v = num(env, name, fallback, 0);
+  if (v <= 0 || v > 1) throw new ConfigError(`${name} must be a number > 0 and <= 1, got "${env[name]}"`);
+  return v;
 }

@@ -168,7 +168,7 @@ const baseCpu = median(results.get(targets[0].name)!.cpuUs);
 const baseInstr = median(results.get(targets[0].name)!.instr);
 const placement = pinned ? `servers pinned to CPU ${serverCpu}, load generator to CPU ${clientCpu}` : 'not pinned';
 console.log(
-  `\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds after ${warmup} s warm-up, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'}; ${placement}; load average ${os.loadavg()[0].toFixed(1)})\n`,
+  `\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds after ${warmup} s warm-up, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'}, ACCESS_LOG_SAMPLE=${process.env.ACCESS_LOG_SAMPLE ?? 1}; ${placement}; load average ${os.loadavg()[0].toFixed(1)})\n`,
 );
 const perfHead = usePerf ? ' server k-instructions/req | instruction ratio vs bare Koa |' : '';
 console.log(`| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa |${perfHead} errors | non-2xx |`);
