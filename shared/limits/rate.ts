@@ -5,8 +5,10 @@ import type { RateBucket, RateDecision } from './types.js';
 export interface ReservationPolicy {
   /** Share of a per-minute limit one instance may take from Redis at once (0 = always one point). */
   fraction: number;
-  /** Upper bound of one reservation, in points. */
+  /** Size of a reservation, in points, unless the key spends it faster than `spanMs`. */
   max: number;
+  /** A key that spends its reservation faster than this gets the next one doubled (up to `fraction` of its limit). */
+  spanMs: number;
 }
 
 /** Points taken from Redis ahead of use, spent locally until the window ends. */
@@ -17,6 +19,10 @@ interface Reservation {
   /** Points left in Redis after the last reservation. */
   remaining: number;
   pending?: Promise<void>;
+  /** Size the next reservation aims at (grows for a key that spends quickly, shrinks back when it slows). */
+  size?: number;
+  /** When the last reservation was granted (ms since epoch). */
+  grantedAt?: number;
 }
 
 /**
@@ -24,13 +30,17 @@ interface Reservation {
  * plans differ in their per-minute sizes, and a limiter's size is fixed.
  *
  * With Redis, a busy key does not cost a Redis round trip per request: an
- * instance reserves a small share of the key's limit at once (at most
- * `fraction` of it, at most `max` points) and spends it locally until the
- * window ends. Reserved points are counted in Redis when they are taken, so
- * the instances together never admit more than the limit; the price is that
- * near the limit one instance may refuse while another still holds a few
- * unspent points. Small limits (the free plan's 12 per minute) reserve one
- * point at a time, which is exact.
+ * instance reserves a small share of the key's limit at once (`max` points,
+ * never more than `fraction` of the limit) and spends it locally until the
+ * window ends. A key that spends its reservation in less than `spanMs` gets
+ * the next one doubled, up to `fraction` of its limit, and one that slows
+ * down gets smaller ones again, so even a very busy key costs an instance
+ * about ten Redis calls a second. Reserved points are counted in Redis when
+ * they are taken, so the instances together never admit more than the limit;
+ * the price is that near the limit one instance may refuse while another
+ * still holds unspent points (at most `fraction` of the limit each). Small
+ * limits (the free plan's 12 per minute) reserve one point at a time, which
+ * is exact.
  */
 export class RateLimiters {
   private readonly limiters = new Map<string, RateLimiterAbstract>();
@@ -40,7 +50,7 @@ export class RateLimiters {
   constructor(
     private readonly redis: Redis | null,
     private readonly prefix: string,
-    private readonly policy: ReservationPolicy = { fraction: 0.01, max: 100 },
+    private readonly policy: ReservationPolicy = { fraction: 0.01, max: 100, spanMs: 100 },
   ) {}
 
   private limiter(bucket: RateBucket, perMinute: number): RateLimiterAbstract {
@@ -75,15 +85,26 @@ export class RateLimiters {
    */
   consumeNow(bucket: RateBucket, owner: string, perMinute: number): RateDecision | Promise<RateDecision> {
     if (perMinute <= 0) return { allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 };
-    const reserveSize = Math.min(this.policy.max, Math.floor(perMinute * this.policy.fraction));
-    if (!this.redis || reserveSize <= 1) return this.take(bucket, owner, perMinute, 1);
+    const cap = Math.floor(perMinute * this.policy.fraction);
+    if (!this.redis || Math.min(this.policy.max, cap) <= 1) return this.take(bucket, owner, perMinute, 1);
     const byOwner = this.reservationsOf(bucket, perMinute);
     const r = byOwner.get(owner);
     if (r && r.tokens > 0 && Date.now() < r.until) {
       r.tokens--;
       return { allowed: true, retryAfterMs: 0, remaining: r.remaining + r.tokens, limit: perMinute };
     }
-    return this.reserve(bucket, owner, perMinute, reserveSize, byOwner);
+    return this.reserve(bucket, owner, perMinute, cap, byOwner);
+  }
+
+  /** The size a key's next reservation aims at: doubled while it spends them within `spanMs`, halved when it slows down. */
+  private nextSize(r: Reservation | undefined, cap: number, now: number): number {
+    const base = Math.min(this.policy.max, cap);
+    const last = r?.size ?? base;
+    if (r?.grantedAt === undefined) return last;
+    const lasted = now - r.grantedAt;
+    if (lasted < this.policy.spanMs) return Math.min(cap, last * 2);
+    if (lasted > 4 * this.policy.spanMs) return Math.max(base, Math.floor(last / 2));
+    return last;
   }
 
   private reservationsOf(bucket: RateBucket, perMinute: number): Map<string, Reservation> {
@@ -98,7 +119,7 @@ export class RateLimiters {
     bucket: RateBucket,
     owner: string,
     perMinute: number,
-    reserveSize: number,
+    cap: number,
     byOwner: Map<string, Reservation>,
   ): Promise<RateDecision> {
     for (;;) {
@@ -114,8 +135,9 @@ export class RateLimiters {
         continue;
       }
       // The first request of a window learns what is left before reserving more than one point.
-      const size = r && now < r.until ? Math.max(1, Math.min(reserveSize, r.remaining)) : 1;
-      const entry: Reservation = r && now < r.until ? r : { tokens: 0, until: 0, remaining: 0 };
+      const target = this.nextSize(r, cap, now);
+      const size = r && now < r.until ? Math.max(1, Math.min(target, r.remaining)) : 1;
+      const entry: Reservation = r && now < r.until ? r : { tokens: 0, until: 0, remaining: 0, size: r?.size };
       let decision!: RateDecision & { points?: number; windowMs?: number };
       entry.pending = (async () => {
         decision = await this.take(bucket, owner, perMinute, size);
@@ -125,6 +147,10 @@ export class RateLimiters {
           entry.tokens = granted - 1;
           entry.until = Date.now() + decision.windowMs!;
           entry.remaining = decision.remaining;
+          if (granted > 1) {
+            entry.size = target;
+            entry.grantedAt = Date.now();
+          }
         }
       })();
       byOwner.set(owner, entry);

@@ -86,6 +86,25 @@ describe('Redis rate limits with local reservations', () => {
     expect(calls).to.be.below(400); // about one Redis call per 10 requests, not 1300
   });
 
+  it('gives a key that spends its reservations quickly bigger ones: a very busy key costs few Redis calls', async () => {
+    const owner = randomUUID();
+    // Count the commands that name this key only (MONITOR: the Redis server may be serving other tests).
+    const monitor = await a.redis.monitor();
+    let calls = 0;
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args.some((x) => x.includes(owner))) calls++;
+    });
+    try {
+      for (let i = 0; i < 20_000; i++) expect((await a.consume('requests', owner, 1_000_000)).allowed).to.equal(true);
+      await a.redis.ping();
+      await new Promise((r) => setTimeout(r, 100));
+      // 100 points at a time would take 200 calls; sizes double (up to 1% of the limit) while they last < 100 ms.
+      expect(calls).to.be.within(1, 40);
+    } finally {
+      monitor.disconnect();
+    }
+  });
+
   it('keeps small limits exact: one point per Redis call', async () => {
     const owner = randomUUID();
     const results = [];
