@@ -21,7 +21,10 @@ describe('batch: polls served from the ready-made body', function () {
   after(async () => t?.close());
 
   const submit = async (key: string) => {
-    const r = await request(t.server).post('/v1/audio/transcriptions/jobs').set('authorization', `Bearer ${key}`).send({ audio_url: 'https://example.com/a.mp3' });
+    const r = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: 'https://example.com/a.mp3' });
     expect(r.status).to.equal(202);
     return r.body.workflow_id as string;
   };
@@ -40,7 +43,13 @@ describe('batch: polls served from the ready-made body', function () {
     await Promise.all(
       names.map(async (name, i) => {
         await repo.stepStart(id, name, 100 + i);
-        await repo.stepSet(id, name, 100 + i, i % 5 === 0 ? 'waiting' : 'complete', i % 5 === 0 ? 'busy' : undefined);
+        await repo.stepSet(
+          id,
+          name,
+          100 + i,
+          i % 5 === 0 ? 'waiting' : 'complete',
+          i % 5 === 0 ? 'busy' : undefined,
+        );
       }),
     );
     const mid = await poll(keyA, id);
@@ -48,7 +57,9 @@ describe('batch: polls served from the ready-made body', function () {
     expect(mid.headers['content-type']).to.match(/^application\/json/);
     expect(mid.headers['cache-control']).to.equal('no-store');
     expect(mid.body.steps.map((s: { name: string }) => s.name)).to.deep.equal(names);
-    for (const [i, s] of (mid.body.steps as { status: string; attempts: number; started_at: string; ended_at: string | null }[]).entries()) {
+    for (const [i, s] of (
+      mid.body.steps as { status: string; attempts: number; started_at: string; ended_at: string | null }[]
+    ).entries()) {
       expect(s).to.have.all.keys('name', 'status', 'started_at', 'ended_at', 'attempts');
       expect(s.status).to.equal(i % 5 === 0 ? 'waiting' : 'complete');
       expect(s.attempts).to.equal(1);
@@ -58,9 +69,19 @@ describe('batch: polls served from the ready-made body', function () {
     }
 
     // Output stays hidden until complete; then only the listed step outputs show.
-    await repo.saveOutput(id, { probe: { duration_seconds: 1.5 }, slice: { slices: [] }, internal: { x: 1 } });
+    await repo.saveOutput(id, {
+      probe: { duration_seconds: 1.5 },
+      slice: { slices: [] },
+      internal: { x: 1 },
+    });
     expect((await poll(keyA, id)).body).to.not.have.property('output');
-    await repo.saveOutput(id, { chunks: [], aggregate: { num_segments: 0 }, review: null, report: { runs: 1 }, result: { text: 'hello', segments: [] } });
+    await repo.saveOutput(id, {
+      chunks: [],
+      aggregate: { num_segments: 0 },
+      review: null,
+      report: { runs: 1 },
+      result: { text: 'hello', segments: [] },
+    });
     expect(await repo.finish(id, owner, 'complete')).to.equal(true);
     const done = await poll(keyA, id, `/${id}`);
     expect(done.body.status).to.equal('complete');
@@ -85,9 +106,15 @@ describe('batch: polls served from the ready-made body', function () {
   it('an errored workflow shows error {name, message} and no output', async () => {
     const id = await submit(keyA);
     await t.runtime.repo.acquire(id, 'test-runner', 30);
-    await t.runtime.repo.finish(id, 'test-runner', 'errored', { name: 'AudioFetchError', message: 'HTTP 404' });
+    await t.runtime.repo.finish(id, 'test-runner', 'errored', {
+      name: 'AudioFetchError',
+      message: 'HTTP 404',
+    });
     const r = await poll(keyA, id);
-    expect(r.body).to.deep.include({ status: 'errored', error: { name: 'AudioFetchError', message: 'HTTP 404' } });
+    expect(r.body).to.deep.include({
+      status: 'errored',
+      error: { name: 'AudioFetchError', message: 'HTTP 404' },
+    });
     expect(r.body).to.not.have.property('output');
   });
 
@@ -105,7 +132,9 @@ describe('batch: polls served from the ready-made body', function () {
       [keyA, a1, 200],
     ];
     // Sent together so that they land in the same event-loop turns of the server.
-    const results = await Promise.all(Array.from({ length: 5 }, () => cases.map(([key, id]) => poll(key, id))).flat());
+    const results = await Promise.all(
+      Array.from({ length: 5 }, () => cases.map(([key, id]) => poll(key, id))).flat(),
+    );
     results.forEach((r, n) => {
       const [, id, status] = cases[n % cases.length];
       expect(r.status, `${n}`).to.equal(status);

@@ -14,7 +14,16 @@ import { createLogger } from '../../shared/logger.js';
 import { RemotePool } from '../../shared/stt/remote.js';
 import { SpeechError } from '../../shared/stt/types.js';
 import { clip, pcmOf, startEngine, type EngineProcess } from '../speech/helpers.js';
-import { buildRecording, createBatchTestApp, issueKey, startFileServer, tmpDir, waitFor, type BatchTestApp, type FileServer } from './helpers.js';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
 
 describe('batch: remote speech worker, attempt timeouts scaled to the audio', function () {
   this.timeout(180_000);
@@ -78,13 +87,19 @@ describe('batch: remote speech worker, attempt timeouts scaled to the audio', fu
     expect(chunks.every((c) => !c.reused)).to.equal(true);
     // Each chunk was one call to the worker (no split), and each took longer than section 8 allows.
     for (const c of chunks) expect(c.engine_ms).to.be.above(800);
-    const text = (done.output.result.segments as { text: string }[]).map((s) => s.text).join(' ').toLowerCase();
+    const text = (done.output.result.segments as { text: string }[])
+      .map((s) => s.text)
+      .join(' ')
+      .toLowerCase();
     expect(text).to.match(/country/);
   });
 
   it('the timeout is base + per audio second of the piece (BATCH_STT_ATTEMPT_TIMEOUT_*)', async () => {
     // 1 ms + 20 ms per audio second: ~230 ms for the first ~11.5 s chunk, far too short for the worker.
-    const { done, slices } = await runJob({ BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS: '1', BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS: '20' });
+    const { done, slices } = await runJob({
+      BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS: '1',
+      BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS: '20',
+    });
     expect(done.status).to.equal('errored');
     const expected = Math.round(1 + 20 * (slices[0].end - slices[0].start));
     expect(done.error.name).to.equal('SpeechError');
@@ -92,7 +107,10 @@ describe('batch: remote speech worker, attempt timeouts scaled to the audio', fu
   });
 
   it('requests without an override keep 800 ms per attempt; with one, the same clip succeeds', async () => {
-    const pool = new RemotePool(loadConfig({ STT_WORKER_URLS: `w1=${engine.url}`, STT_HEALTH_TIMEOUT_MS: '2000' }).speech.remote, createLogger({ level: 'silent' }));
+    const pool = new RemotePool(
+      loadConfig({ STT_WORKER_URLS: `w1=${engine.url}`, STT_HEALTH_TIMEOUT_MS: '2000' }).speech.remote,
+      createLogger({ level: 'silent' }),
+    );
     try {
       await pool.ready();
       const pcm = pcmOf(clip('jfk.wav').path);
