@@ -19,13 +19,13 @@
  * `--perf` also counts the server's instructions per request (`perf stat`,
  * user + kernel), which a busy shared machine disturbs far less than time.
  */
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { createTestDatabase, TEST_REDIS_URL } from '../../helpers/db.js';
-import { pinToCpu as pin } from './pin.js';
+import { instructionsDuring, pinToCpu as pin } from './measure.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 // Run the servers the way this script runs: compiled JavaScript, or TypeScript through tsx.
@@ -83,21 +83,6 @@ function cpuOf(child: ChildProcess): Promise<number> {
   });
 }
 
-/** Instructions (user + kernel) the process `pid` executes while `work` runs, counted by `perf stat`; NaN without perf. */
-async function instructionsDuring<T>(pid: number, work: () => Promise<T>): Promise<{ result: T; instructions: number }> {
-  if (!usePerf) return { result: await work(), instructions: NaN };
-  const perf = spawn('perf', ['stat', '-x,', '-e', 'instructions:u,instructions:k', '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let report = '';
-  perf.stderr.on('data', (d: Buffer) => (report += d.toString()));
-  const exited = new Promise((r) => perf.once('close', r));
-  await new Promise((r) => setTimeout(r, 300)); // attached
-  const result = await work();
-  perf.kill('SIGINT');
-  await exited;
-  const counts = report.split('\n').filter((l) => /,instructions:[uk],/.test(l)).map((l) => Number(l.split(',')[0]));
-  return { result, instructions: counts.length === 2 ? counts[0] + counts[1] : NaN };
-}
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const db = await createTestDatabase('stt_bench');
@@ -146,8 +131,10 @@ const results = new Map<
 for (let r = 0; r < rounds; r++) {
   for (const t of targets) {
     const cpu0 = await cpuOf(t.server);
-    const { result: res, instructions } = await instructionsDuring(t.server.pid!, () =>
-      autocannon({ ...t.opts, connections, duration, pipelining: 1 }),
+    const { result: res, instructions } = await instructionsDuring(
+      t.server.pid!,
+      () => autocannon({ ...t.opts, connections, duration, pipelining: 1 }),
+      usePerf,
     );
     const cpuUs = (await cpuOf(t.server)) - cpu0;
     const e = results.get(t.name) ?? { rps: [], p50: [], p99: [], cpuUs: [], instr: [], errors: 0, non2xx: 0 };
