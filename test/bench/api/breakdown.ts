@@ -43,13 +43,21 @@ if (step) {
   const logger = createLogger({ level: upTo('log') ? 'info' : 'warn', name: 'api' });
   const deps = createDeps(config, logger);
   const { key } = await deps.keys.issue({ ownerId: 'bench', plan: 'bench' });
-  const shaped = { token: `rt_${'x'.repeat(150)}.${'y'.repeat(43)}`, expires_in: 60, endpoint: '/v1/audio/transcriptions/stream' };
+  const shaped = {
+    token: `rt_${'x'.repeat(150)}.${'y'.repeat(43)}`,
+    expires_in: 60,
+    endpoint: '/v1/audio/transcriptions/stream',
+  };
   const handler: Koa.Middleware = upTo('token')
     ? (ctx) => {
         const issued = deps.auth.issueSessionToken(ctx.state.principal);
         if ('ok' in issued) throw new Error(issued.message);
         ctx.res.setHeader('Cache-Control', 'no-store');
-        ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: '/v1/audio/transcriptions/stream' };
+        ctx.body = {
+          token: issued.token,
+          expires_in: issued.expires_in,
+          endpoint: '/v1/audio/transcriptions/stream',
+        };
       }
     : (ctx) => {
         ctx.body = shaped;
@@ -69,7 +77,9 @@ if (step) {
   } else {
     app.use(handler);
   }
-  const server = app.listen(0, '127.0.0.1', () => process.send!({ port: (server.address() as { port: number }).port, key }));
+  const server = app.listen(0, '127.0.0.1', () =>
+    process.send!({ port: (server.address() as { port: number }).port, key }),
+  );
   process.on('message', (m) => m === 'cpu' && process.send!({ cpu: process.cpuUsage() }));
 } else {
   const { createTestDatabase, TEST_REDIS_URL } = await import('../../helpers/db.js');
@@ -97,7 +107,10 @@ if (step) {
   const instr: Record<string, number[]> = {};
   for (let round = 0; round < rounds; round++) {
     for (const s of STEPS) {
-      const child: ChildProcess = fork(new URL(import.meta.url).pathname, [s], { env, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
+      const child: ChildProcess = fork(new URL(import.meta.url).pathname, [s], {
+        env,
+        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+      });
       const m = await new Promise<{ port: number; key: string }>((r) => child.once('message', r));
       pin(child.pid!, 0);
       const cpu = () =>
@@ -105,25 +118,39 @@ if (step) {
           child.once('message', (x: { cpu: NodeJS.CpuUsage }) => r(x.cpu.user + x.cpu.system));
           child.send('cpu');
         });
-      const opts = { url: `http://127.0.0.1:${m.port}${PATH}`, method: 'POST' as const, headers: { authorization: `Bearer ${m.key}` }, connections: 50 };
+      const opts = {
+        url: `http://127.0.0.1:${m.port}${PATH}`,
+        method: 'POST' as const,
+        headers: { authorization: `Bearer ${m.key}` },
+        connections: 50,
+      };
       await autocannon({ ...opts, duration: 2 }); // warm-up
       const c0 = await cpu();
-      const { result, instructions } = await instructionsDuring(child.pid!, () => autocannon({ ...opts, duration }), usePerf);
+      const { result, instructions } = await instructionsDuring(
+        child.pid!,
+        () => autocannon({ ...opts, duration }),
+        usePerf,
+      );
       const n = Math.max(1, result.requests.total);
       (cpuUs[s] ??= []).push(((await cpu()) - c0) / n);
       (instr[s] ??= []).push(instructions / n);
-      if (result.non2xx || result.errors) process.stderr.write(`${s}: ${result.non2xx} non-2xx, ${result.errors} errors\n`);
+      if (result.non2xx || result.errors)
+        process.stderr.write(`${s}: ${result.non2xx} non-2xx, ${result.errors} errors\n`);
       child.kill();
       await new Promise((r) => child.once('exit', r));
     }
   }
-  console.log(`\nSession-token chain, layer by layer: medians of ${rounds} rounds of ${duration} s, 50 connections (load average ${os.loadavg()[0].toFixed(1)})\n`);
+  console.log(
+    `\nSession-token chain, layer by layer: medians of ${rounds} rounds of ${duration} s, 50 connections (load average ${os.loadavg()[0].toFixed(1)})\n`,
+  );
   console.log('| step | server CPU µs/req | server k-instructions/req | added by this step |');
   console.log('|---|---|---|---|');
   let prev = NaN;
   for (const s of STEPS) {
     const k = median(instr[s]) / 1000;
-    console.log(`| ${s} | ${median(cpuUs[s]).toFixed(1)} | ${k.toFixed(0)} | ${Number.isNaN(prev) ? '' : `${(k - prev).toFixed(0)}k`} |`);
+    console.log(
+      `| ${s} | ${median(cpuUs[s]).toFixed(1)} | ${k.toFixed(0)} | ${Number.isNaN(prev) ? '' : `${(k - prev).toFixed(0)}k`} |`,
+    );
     prev = k;
   }
   await db.drop();

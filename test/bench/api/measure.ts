@@ -16,9 +16,15 @@ export function pinToCpu(pid: number, cpu: number): boolean {
  * Instructions (user + kernel) the process `pid` executes while `work` runs,
  * counted by `perf stat`; NaN when perf is unavailable or not asked for.
  */
-export async function instructionsDuring<T>(pid: number, work: () => Promise<T>, enabled = true): Promise<{ result: T; instructions: number }> {
+export async function instructionsDuring<T>(
+  pid: number,
+  work: () => Promise<T>,
+  enabled = true,
+): Promise<{ result: T; instructions: number }> {
   if (!enabled) return { result: await work(), instructions: NaN };
-  const perf = spawn('perf', ['stat', '-x,', '-e', 'instructions:u,instructions:k', '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const perf = spawn('perf', ['stat', '-x,', '-e', 'instructions:u,instructions:k', '-p', String(pid)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let report = '';
   perf.stderr.on('data', (d: Buffer) => (report += d.toString()));
   perf.on('error', () => {});

@@ -87,21 +87,33 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 const db = await createTestDatabase('stt_bench');
 const bare = await start('bareKoa.ts');
-const api = await start('apiServer.ts', {
-  DATABASE_URL: db.url,
-  REDIS_URL: TEST_REDIS_URL,
-  GATEWAY_SESSION_TOKEN_SECRET: 'bench-secret-value',
-  LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
-  PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 1_000_000_000 } }),
-}, profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : []);
+const api = await start(
+  'apiServer.ts',
+  {
+    DATABASE_URL: db.url,
+    REDIS_URL: TEST_REDIS_URL,
+    GATEWAY_SESSION_TOKEN_SECRET: 'bench-secret-value',
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
+    PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 1_000_000_000 } }),
+  },
+  profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [],
+);
 const pinned = pin(process.pid, clientCpu) && serverCpu >= 0;
 const auth = { authorization: `Bearer ${api.key}` };
 const targets: Target[] = [
   { name: 'bare Koa hello-world', opts: { url: `http://127.0.0.1:${bare.port}/` }, server: bare.child },
-  { name: 'GET plan catalog (public)', opts: { url: `http://127.0.0.1:${api.port}/v1/external-transcription/plans` }, server: api.child },
+  {
+    name: 'GET plan catalog (public)',
+    opts: { url: `http://127.0.0.1:${api.port}/v1/external-transcription/plans` },
+    server: api.child,
+  },
   {
     name: 'POST session-token (auth + Redis limit + HMAC)',
-    opts: { url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/session-token`, method: 'POST', headers: auth },
+    opts: {
+      url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/session-token`,
+      method: 'POST',
+      headers: auth,
+    },
     server: api.child,
   },
 ];
@@ -115,7 +127,10 @@ const job = (await submitted.json()) as { workflow_id?: string };
 if (job.workflow_id) {
   targets.push({
     name: 'GET job poll (auth + Postgres read)',
-    opts: { url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs/${job.workflow_id}`, headers: auth },
+    opts: {
+      url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs/${job.workflow_id}`,
+      headers: auth,
+    },
     server: api.child,
   });
 } else {
@@ -126,7 +141,15 @@ for (const t of targets) await autocannon({ ...t.opts, connections, duration: wa
 
 const results = new Map<
   string,
-  { rps: number[]; p50: number[]; p99: number[]; cpuUs: number[]; instr: number[]; errors: number; non2xx: number }
+  {
+    rps: number[];
+    p50: number[];
+    p99: number[];
+    cpuUs: number[];
+    instr: number[];
+    errors: number;
+    non2xx: number;
+  }
 >();
 for (let r = 0; r < rounds; r++) {
   for (const t of targets) {
@@ -137,7 +160,15 @@ for (let r = 0; r < rounds; r++) {
       usePerf,
     );
     const cpuUs = (await cpuOf(t.server)) - cpu0;
-    const e = results.get(t.name) ?? { rps: [], p50: [], p99: [], cpuUs: [], instr: [], errors: 0, non2xx: 0 };
+    const e = results.get(t.name) ?? {
+      rps: [],
+      p50: [],
+      p99: [],
+      cpuUs: [],
+      instr: [],
+      errors: 0,
+      non2xx: 0,
+    };
     e.cpuUs.push(cpuUs / Math.max(1, res.requests.total));
     e.instr.push(instructions / Math.max(1, res.requests.total));
     e.rps.push(res.requests.average);
@@ -146,25 +177,33 @@ for (let r = 0; r < rounds; r++) {
     e.errors += res.errors + res.timeouts;
     e.non2xx += res.non2xx;
     results.set(t.name, e);
-    process.stderr.write(`round ${r + 1} ${t.name}: ${Math.round(res.requests.average)} req/s p99 ${res.latency.p99} ms\n`);
+    process.stderr.write(
+      `round ${r + 1} ${t.name}: ${Math.round(res.requests.average)} req/s p99 ${res.latency.p99} ms\n`,
+    );
   }
 }
 
 const baseline = median(results.get(targets[0].name)!.rps);
 const baseCpu = median(results.get(targets[0].name)!.cpuUs);
 const baseInstr = median(results.get(targets[0].name)!.instr);
-const placement = pinned ? `servers pinned to CPU ${serverCpu}, load generator to CPU ${clientCpu}` : 'not pinned';
+const placement = pinned
+  ? `servers pinned to CPU ${serverCpu}, load generator to CPU ${clientCpu}`
+  : 'not pinned';
 console.log(
   `\nAPI benchmark: ${connections} connections, ${duration} s x ${rounds} rounds after ${warmup} s warm-up, medians (Redis limits on, LOG_LEVEL=${process.env.LOG_LEVEL ?? 'info'}, ACCESS_LOG_SAMPLE=${process.env.ACCESS_LOG_SAMPLE ?? 1}; ${placement}; load average ${os.loadavg()[0].toFixed(1)})\n`,
 );
 const perfHead = usePerf ? ' server k-instructions/req | instruction ratio vs bare Koa |' : '';
-console.log(`| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa |${perfHead} errors | non-2xx |`);
+console.log(
+  `| target | req/s | vs bare Koa | p50 ms | p99 ms | server CPU µs/req | CPU-bound ratio vs bare Koa |${perfHead} errors | non-2xx |`,
+);
 console.log(`|---|---|---|---|---|---|---|${usePerf ? '---|---|' : ''}---|---|`);
 for (const [name, e] of results) {
   const rps = median(e.rps);
   const cpu = median(e.cpuUs);
   const instr = median(e.instr);
-  const perfCols = usePerf ? ` ${(instr / 1000).toFixed(0)} | ${((baseInstr / instr) * 100).toFixed(0)}% |` : '';
+  const perfCols = usePerf
+    ? ` ${(instr / 1000).toFixed(0)} | ${((baseInstr / instr) * 100).toFixed(0)}% |`
+    : '';
   console.log(
     `| ${name} | ${Math.round(rps)} | ${((rps / baseline) * 100).toFixed(0)}% | ${median(e.p50)} | ${median(e.p99)} | ${cpu.toFixed(1)} | ${((baseCpu / cpu) * 100).toFixed(0)}% |${perfCols} ${e.errors} | ${e.non2xx} |`,
   );
