@@ -25,6 +25,12 @@ export interface PlatformConfig {
   plans: { overrides: Record<string, Partial<PlanLimits>>; defaultPlan: string };
   /** Length of the rolling billing window for maxAudioSecondsPerWindow. */
   usageWindowSeconds: number;
+  /**
+   * Job polls per minute per key, a bucket of its own beside the plan's
+   * maxRequestsPerMinute (a client polling every few seconds must not spend
+   * the plan's transcription requests). 0 turns the poll limit off.
+   */
+  pollRequestsPerMinute: number;
   logLevel: string;
   /**
    * Share (0–1] of successful requests (status < 400) that get an access-log
@@ -63,6 +69,7 @@ export function platformConfig(env: Env): PlatformConfig {
       defaultPlan: str(env, 'DEFAULT_PLAN', 'free'),
     },
     usageWindowSeconds: int(env, 'USAGE_WINDOW_SECONDS', 86_400, 1),
+    pollRequestsPerMinute: int(env, 'POLL_REQUESTS_PER_MINUTE', 600, 0),
     logLevel: str(env, 'LOG_LEVEL', 'info'),
     accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),

@@ -9,7 +9,7 @@
  *   holder renews its lease before the TTL runs out, so an instance that dies
  *   frees its slots within one TTL instead of leaking counters.
  */
-export type RateBucket = 'requests' | 'connections';
+export type RateBucket = 'requests' | 'polls' | 'connections';
 
 export interface RateDecision {
   allowed: boolean;

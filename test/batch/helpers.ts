@@ -117,6 +117,8 @@ export const BATCH_TEST_ENV = {
   STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
   WEBHOOK_BASE_DELAY_SECONDS: '1',
   WEBHOOK_MAX_DELAY_SECONDS: '2',
+  // Tests poll every 50-100 ms; the poll limit itself is tested in test/platform/limits.test.ts.
+  POLL_REQUESTS_PER_MINUTE: '0',
 };
 
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */

@@ -31,13 +31,23 @@ for (const [name, make] of drivers) {
 
     it('grants at most max leases, re-grants to a holder, and frees on release', async () => {
       const owner = randomUUID();
-      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 })).to.equal(true);
-      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's2', max: 2, ttlMs: 5000 })).to.equal(true);
-      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 })).to.equal(false);
-      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 })).to.equal(true);
+      expect(
+        await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 }),
+      ).to.equal(true);
+      expect(
+        await l.acquireLease({ scope: 'connections', owner, leaseId: 's2', max: 2, ttlMs: 5000 }),
+      ).to.equal(true);
+      expect(
+        await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 }),
+      ).to.equal(false);
+      expect(
+        await l.acquireLease({ scope: 'connections', owner, leaseId: 's1', max: 2, ttlMs: 5000 }),
+      ).to.equal(true);
       expect(await l.countLeases('connections', owner)).to.equal(2);
       await l.releaseLease('connections', owner, 's1');
-      expect(await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 })).to.equal(true);
+      expect(
+        await l.acquireLease({ scope: 'connections', owner, leaseId: 's3', max: 2, ttlMs: 5000 }),
+      ).to.equal(true);
     });
 
     it('expires leases that are not renewed (a dead holder frees its slot) and keeps renewed ones', async () => {
@@ -95,7 +105,8 @@ describe('Redis rate limits with local reservations', () => {
       if (args.some((x) => x.includes(owner))) calls++;
     });
     try {
-      for (let i = 0; i < 20_000; i++) expect((await a.consume('requests', owner, 1_000_000)).allowed).to.equal(true);
+      for (let i = 0; i < 20_000; i++)
+        expect((await a.consume('requests', owner, 1_000_000)).allowed).to.equal(true);
       await a.redis.ping();
       await new Promise((r) => setTimeout(r, 100));
       // 100 points at a time would take 200 calls; sizes double (up to 1% of the limit) while they last < 100 ms.
@@ -136,7 +147,13 @@ describe('maxRequestsPerMinute on HTTP transcription routes', () => {
     const statuses: number[] = [];
     for (let i = 0; i < 12; i++) {
       const app = i % 2 ? a : b;
-      statuses.push((await request(app.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`)).status);
+      statuses.push(
+        (
+          await request(app.server)
+            .post('/v1/audio/transcriptions/session-token')
+            .set('Authorization', `Bearer ${key}`)
+        ).status,
+      );
     }
     expect(statuses.every((s) => s === 200)).to.equal(true);
     for (const app of [a, b]) {
@@ -150,7 +167,57 @@ describe('maxRequestsPerMinute on HTTP transcription routes', () => {
     }
     // Another key of the same owner has its own bucket.
     const other = await issueKey(a, { plan: 'free' });
-    await request(a.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${other.key}`).expect(200);
+    await request(a.server)
+      .post('/v1/audio/transcriptions/session-token')
+      .set('Authorization', `Bearer ${other.key}`)
+      .expect(200);
+  });
+
+  it('limits job polls in a bucket of their own (POLL_REQUESTS_PER_MINUTE), across instances, in the batch shape', async () => {
+    const env = { REDIS_URL: TEST_REDIS_URL, POLL_REQUESTS_PER_MINUTE: '4' };
+    const [p, q] = [await createTestApp(env, { db }), await createTestApp(env, { db })];
+    try {
+      const { key } = await issueKey(p, { plan: 'free' });
+      const path = `/v1/audio/transcriptions/jobs/cf_${'0'.repeat(64)}`;
+      for (let i = 0; i < 4; i++) {
+        await request((i % 2 ? p : q).server)
+          .get(path)
+          .set('Authorization', `Bearer ${key}`)
+          .expect(404);
+      }
+      for (const app of [p, q]) {
+        const res = await request(app.server).get(path).set('Authorization', `Bearer ${key}`).expect(429);
+        expect(Number(res.headers['retry-after'])).to.be.within(1, 60);
+        expect(res.body.error).to.be.a('string').and.include('job polls');
+      }
+      // The poll aliases share the bucket; the plan's request bucket is untouched.
+      await request(p.server)
+        .get(`/cf_${'0'.repeat(64)}`)
+        .set('Authorization', `Bearer ${key}`)
+        .expect(429);
+      await request(p.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', `Bearer ${key}`)
+        .expect(200);
+    } finally {
+      await p.close();
+      await q.close();
+    }
+  });
+
+  it('POLL_REQUESTS_PER_MINUTE=0 turns the poll limit off', async () => {
+    const c = await createTestApp({ POLL_REQUESTS_PER_MINUTE: '0' }, { db });
+    try {
+      const { key } = await issueKey(c, { plan: 'free' });
+      for (let i = 0; i < 30; i++) {
+        await request(c.server)
+          .get(`/v1/audio/transcriptions/jobs/cf_${'1'.repeat(64)}`)
+          .set('Authorization', `Bearer ${key}`)
+          .expect(404);
+      }
+    } finally {
+      await c.close();
+    }
   });
 
   it('uses the in-memory driver when REDIS_URL is not set', async () => {
@@ -158,8 +225,15 @@ describe('maxRequestsPerMinute on HTTP transcription routes', () => {
     try {
       expect(c.deps.limits.kind).to.equal('memory');
       const { key } = await issueKey(c, { plan: 'free' });
-      for (let i = 0; i < 12; i++) await request(c.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(200);
-      await request(c.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(429);
+      for (let i = 0; i < 12; i++)
+        await request(c.server)
+          .post('/v1/audio/transcriptions/session-token')
+          .set('Authorization', `Bearer ${key}`)
+          .expect(200);
+      await request(c.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', `Bearer ${key}`)
+        .expect(429);
     } finally {
       await c.close();
     }

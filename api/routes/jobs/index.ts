@@ -15,7 +15,13 @@ import { check } from '../../http/validate.js';
 import { pathParam } from '../../openapi/registry.js';
 import { batchErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
 import { batchRuntime } from '../../batch/runtime.js';
-import { jobAcceptedSchema, jobRequestSchema, WORKFLOW_ID_PATTERN, WORKFLOW_ID_RE, workflowStatusSchema } from '../../batch/schemas.js';
+import {
+  jobAcceptedSchema,
+  jobRequestSchema,
+  WORKFLOW_ID_PATTERN,
+  WORKFLOW_ID_RE,
+  workflowStatusSchema,
+} from '../../batch/schemas.js';
 import type { JobRequest } from '../../batch/types.js';
 import { normalizeLanguage } from '../../../shared/stt/language.js';
 
@@ -41,10 +47,17 @@ export function submitHandler(deps: AppDeps): Middleware {
     const language = normalizeLanguage(body.language);
     const supported = deps.speech?.languages() ?? ['*'];
     if (language && !supported.includes('*') && !supported.includes(language)) {
-      throw new ApiError(400, 'unsupported_language', `Language "${body.language}" is not supported (supported: ${supported.join(', ')}).`);
+      throw new ApiError(
+        400,
+        'unsupported_language',
+        `Language "${body.language}" is not supported (supported: ${supported.join(', ')}).`,
+      );
     }
     const accepted = await runtime.submit(ctx.state.principal, body);
-    ctx.state.log?.info({ workflowId: accepted.workflow_id, requestId: accepted.request_id }, 'batch job accepted');
+    ctx.state.log?.info(
+      { workflowId: accepted.workflow_id, requestId: accepted.request_id },
+      'batch job accepted',
+    );
     ctx.status = 202;
     ctx.set('Location', `${JOBS_PATH}/${accepted.workflow_id}`);
     ctx.body = accepted;
@@ -69,7 +82,8 @@ export function submitChain(deps: AppDeps, opts: { deprecated?: boolean } = {}):
 
 function compose(chain: Middleware[]): Middleware {
   return (ctx, next) => {
-    const run = (i: number): Promise<void> => (i === chain.length ? next() : Promise.resolve(chain[i](ctx, () => run(i + 1))));
+    const run = (i: number): Promise<void> =>
+      i === chain.length ? next() : Promise.resolve(chain[i](ctx, () => run(i + 1)));
     return run(0);
   };
 }
@@ -89,7 +103,9 @@ export function deprecatedJsonSubmit(deps: AppDeps): Middleware {
 export function pollHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const id = ctx.params.workflowId as string;
-    const body = WORKFLOW_ID_RE.test(id) ? await batchRuntime(deps).pollBody(ctx.state.principal.ownerId, id) : undefined;
+    const body = WORKFLOW_ID_RE.test(id)
+      ? await batchRuntime(deps).pollBody(ctx.state.principal.ownerId, id)
+      : undefined;
     if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
     // Already JSON text (rendered in Postgres): sent as it is.
@@ -98,9 +114,17 @@ export function pollHandler(deps: AppDeps): Middleware {
   };
 }
 
+/** Job polls: a per-key bucket of their own (POLL_REQUESTS_PER_MINUTE), so polling never spends the plan's requests. */
+function pollRateLimit(deps: AppDeps): Middleware {
+  const perMinute = deps.config.pollRequestsPerMinute || undefined;
+  return requestRateLimit(deps.limits, { bucket: 'polls', perMinute: () => perMinute, what: 'job polls' });
+}
+
 export function register(router: Router, deps: AppDeps): void {
   const auth = requireApiKey(deps.auth);
-  const poll = pollHandler(deps);
+  const limit = pollRateLimit(deps);
+  const handler = pollHandler(deps);
+  const poll: Middleware = (ctx, next) => limit(ctx, () => handler(ctx, next));
 
   router.post(JOBS_PATH, ...submitChain(deps));
   router.post('/', ...submitChain(deps, { deprecated: true }));
@@ -137,7 +161,10 @@ export const deprecatedJobResponses = {
     schema: { $ref: '#/components/schemas/TranscriptionJobAccepted' },
     headers: {
       Deprecation: { description: 'Always `true`.', schema: { type: 'string' } },
-      Link: { description: '`</v1/audio/transcriptions/jobs>; rel="successor-version"`', schema: { type: 'string' } },
+      Link: {
+        description: '`</v1/audio/transcriptions/jobs>; rel="successor-version"`',
+        schema: { type: 'string' },
+      },
     },
   },
 };
@@ -150,13 +177,19 @@ function describe(deps: AppDeps): void {
   const error = api.component('BatchError', batchErrorSchema);
   const submitResponses = {
     '202': { description: 'Accepted; poll the workflow.', schema: accepted },
-    '400': { description: 'Body is not JSON, or `audio_url` missing/invalid, or another field invalid.', schema: error },
+    '400': {
+      description: 'Body is not JSON, or `audio_url` missing/invalid, or another field invalid.',
+      schema: error,
+    },
     '401': { description: 'Authentication failed.', schema: error },
     '429': { description: 'Request rate limit exceeded.', schema: error, headers: rateLimitHeaders },
   };
   const deprecationHeaders = {
     Deprecation: { description: 'Always `true`.', schema: { type: 'string' } },
-    Link: { description: '`</v1/audio/transcriptions/jobs>; rel="successor-version"`', schema: { type: 'string' } },
+    Link: {
+      description: '`</v1/audio/transcriptions/jobs>; rel="successor-version"`',
+      schema: { type: 'string' },
+    },
   };
   api.add({
     method: 'post',
@@ -181,7 +214,11 @@ function describe(deps: AppDeps): void {
     requestBody: [{ contentType: 'application/json', schema: request }],
     responses: { ...submitResponses, '202': { ...submitResponses['202'], headers: deprecationHeaders } },
   });
-  const idParam = pathParam('workflowId', { type: 'string', pattern: WORKFLOW_ID_PATTERN }, '`cf_` followed by 64 hex characters.');
+  const idParam = pathParam(
+    'workflowId',
+    { type: 'string', pattern: WORKFLOW_ID_PATTERN },
+    '`cf_` followed by 64 hex characters.',
+  );
   const pollOps: [string, string, boolean][] = [
     [`${JOBS_PATH}/{workflowId}`, 'getTranscriptionJob', false],
     ['/v1/audio/transcriptions/{workflowId}', 'getTranscriptionJobAlias', true],
@@ -198,9 +235,17 @@ function describe(deps: AppDeps): void {
       ...(deprecated ? { deprecated: true } : {}),
       parameters: [idParam],
       responses: {
-        '200': { description: 'Workflow status; `output` when complete, `error` when errored.', schema: status },
+        '200': {
+          description: 'Workflow status; `output` when complete, `error` when errored.',
+          schema: status,
+        },
         '401': { description: 'Authentication failed.', schema: error },
         '404': { description: 'No such workflow for this tenant.', schema: error },
+        '429': {
+          description: 'Job poll rate limit exceeded (`POLL_REQUESTS_PER_MINUTE` per key).',
+          schema: error,
+          headers: rateLimitHeaders,
+        },
       },
     });
   }

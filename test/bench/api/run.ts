@@ -95,6 +95,7 @@ const api = await start(
     GATEWAY_SESSION_TOKEN_SECRET: 'bench-secret-value',
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
     PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 1_000_000_000 } }),
+    POLL_REQUESTS_PER_MINUTE: '1000000000',
   },
   profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [],
 );

@@ -20,6 +20,7 @@ const t = await createBatchTestApp({
   BATCH_WORKERS: 'false',
   DB_POOL_MAX: '16',
   PLANS_JSON: JSON.stringify({ bench: { maxRequestsPerMinute: 100_000_000 } }),
+  POLL_REQUESTS_PER_MINUTE: '100000000',
 });
 await t.runtime.start({ workers: false });
 const key = (await issueKey(t, { ownerId: 'bench', plan: 'bench' })).key;
