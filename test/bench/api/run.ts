@@ -127,7 +127,7 @@ const submitted = await fetch(`http://127.0.0.1:${api.port}/v1/audio/transcripti
 const job = (await submitted.json()) as { workflow_id?: string };
 if (job.workflow_id) {
   targets.push({
-    name: 'GET job poll (auth + Postgres read)',
+    name: 'GET job poll (auth + Redis poll limit + Postgres read)',
     opts: {
       url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs/${job.workflow_id}`,
       headers: auth,
