@@ -28,7 +28,9 @@ export class WorkflowRepo {
    * Inserts a queued workflow, or returns the tenant's unfinished workflow
    * for the same request_id (a resubmission while it runs is idempotent).
    */
-  async createOrGetActive(row: Pick<WorkflowRow, 'id' | 'request_id' | 'owner_id' | 'key_id' | 'params'>): Promise<{ id: string; created: boolean }> {
+  async createOrGetActive(
+    row: Pick<WorkflowRow, 'id' | 'request_id' | 'owner_id' | 'key_id' | 'params'>,
+  ): Promise<{ id: string; created: boolean }> {
     const inserted = await this.db.raw(
       `INSERT INTO batch_workflows (id, request_id, owner_id, key_id, params)
        VALUES (?, ?, ?, ?, ?::jsonb)
@@ -51,7 +53,12 @@ export class WorkflowRepo {
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */
-  async acquire(id: string, owner: string, leaseSeconds: number, jobId: string | null = null): Promise<WorkflowRow | undefined> {
+  async acquire(
+    id: string,
+    owner: string,
+    leaseSeconds: number,
+    jobId: string | null = null,
+  ): Promise<WorkflowRow | undefined> {
     const res = await this.db.raw(
       `UPDATE batch_workflows
          SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
@@ -74,17 +81,27 @@ export class WorkflowRepo {
   }
 
   async release(id: string, owner: string): Promise<void> {
-    await this.db('batch_workflows').where({ id, lease_owner: owner }).update({ lease_owner: null, lease_until: null });
+    await this.db('batch_workflows')
+      .where({ id, lease_owner: owner })
+      .update({ lease_owner: null, lease_until: null });
   }
 
   /** Merges step outputs into the workflow's output. */
   async saveOutput(id: string, patch: Record<string, unknown>): Promise<void> {
     await this.db('batch_workflows')
       .where({ id })
-      .update({ output: this.db.raw('output || ?::jsonb', [JSON.stringify(patch)]), updated_at: this.db.fn.now() });
+      .update({
+        output: this.db.raw('output || ?::jsonb', [JSON.stringify(patch)]),
+        updated_at: this.db.fn.now(),
+      });
   }
 
-  async finish(id: string, owner: string, status: 'complete' | 'errored', error?: { name: string; message: string }): Promise<boolean> {
+  async finish(
+    id: string,
+    owner: string,
+    status: 'complete' | 'errored',
+    error?: { name: string; message: string },
+  ): Promise<boolean> {
     const n = await this.db('batch_workflows')
       .where({ id, lease_owner: owner, status: 'running' })
       .update({
@@ -131,7 +148,10 @@ export class WorkflowRepo {
   }
 
   /** Workflows whose run died (lapsed lease) or whose queue job got lost. */
-  async stale(queuedOlderThanSeconds: number, limit = 100): Promise<{ id: string; status: string; job_id: string | null }[]> {
+  async stale(
+    queuedOlderThanSeconds: number,
+    limit = 100,
+  ): Promise<{ id: string; status: string; job_id: string | null }[]> {
     const rows = await this.db('batch_workflows')
       .where((q) =>
         q
@@ -141,12 +161,55 @@ export class WorkflowRepo {
       .orWhere((q) =>
         q
           .where('status', 'queued')
-          .andWhere('created_at', '<', this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds])),
+          .andWhere(
+            'created_at',
+            '<',
+            this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds]),
+          ),
       )
       .orderBy('created_at')
       .limit(limit)
       .select('id', 'status', 'job_id');
     return rows as { id: string; status: string; job_id: string | null }[];
+  }
+
+  /**
+   * Webhook deliveries that are due but lost: finished workflows whose
+   * webhook step still waits, with no attempt recorded `graceSeconds` after
+   * the end, or whose last failed attempt's retry is `graceSeconds` overdue
+   * with no later attempt. Returns the attempt number to send next.
+   */
+  async lostWebhooks(graceSeconds: number, limit = 100): Promise<{ id: string; attempt: number }[]> {
+    const { rows } = await this.db.raw(
+      `SELECT w.id, COALESCE(last.attempt, 0) + 1 AS attempt
+         FROM batch_workflows w
+         JOIN batch_steps s ON s.workflow_id = w.id AND s.name = 'webhook' AND s.status = 'waiting'
+         LEFT JOIN LATERAL (
+           SELECT d.attempt, d.outcome, d.next_attempt_at FROM batch_webhook_deliveries d
+            WHERE d.workflow_id = w.id ORDER BY d.attempt DESC LIMIT 1
+         ) last ON true
+        WHERE w.status IN ('complete', 'errored')
+          AND (
+            (last.attempt IS NULL AND w.ended_at < now() - make_interval(secs => ?))
+            OR (last.outcome = 'failed' AND last.next_attempt_at < now() - make_interval(secs => ?))
+          )
+        ORDER BY w.ended_at
+        LIMIT ?`,
+      [graceSeconds, graceSeconds, limit],
+    );
+    return (rows as { id: string; attempt: string | number }[]).map((r) => ({
+      id: r.id,
+      attempt: Number(r.attempt),
+    }));
+  }
+
+  /** The highest delivery attempt recorded for a workflow (0 when none). */
+  async lastDeliveryAttempt(workflowId: string): Promise<number> {
+    const row = await this.db('batch_webhook_deliveries')
+      .where({ workflow_id: workflowId })
+      .max('attempt as attempt')
+      .first();
+    return Number(row?.attempt ?? 0);
   }
 
   async recordDelivery(d: {

@@ -88,8 +88,20 @@ export class BatchRuntime {
     boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
     await boss.start();
     // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
-    await boss.createQueue(WORKFLOW_QUEUE, { name: WORKFLOW_QUEUE, policy: 'stately', retryLimit: 3, retryDelay: 5, expireInSeconds: 4 * 3600 });
-    await boss.createQueue(WEBHOOK_QUEUE, { name: WEBHOOK_QUEUE, policy: 'standard', retryLimit: 2, retryDelay: 30, expireInSeconds: 600 });
+    await boss.createQueue(WORKFLOW_QUEUE, {
+      name: WORKFLOW_QUEUE,
+      policy: 'stately',
+      retryLimit: 3,
+      retryDelay: 5,
+      expireInSeconds: 4 * 3600,
+    });
+    await boss.createQueue(WEBHOOK_QUEUE, {
+      name: WEBHOOK_QUEUE,
+      policy: 'standard',
+      retryLimit: 2,
+      retryDelay: 30,
+      expireInSeconds: 600,
+    });
     this.boss = boss;
     if (!workers) return;
 
@@ -114,7 +126,9 @@ export class BatchRuntime {
       ffmpegPath: cfg.speech.audio.ffmpegPath,
       defaultModel: cfg.speech.segment.defaultModel,
       usageWindowSeconds: cfg.usageWindowSeconds,
-      engineSlots: new Semaphore(cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16)),
+      engineSlots: new Semaphore(
+        cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16),
+      ),
       logger: this.log,
       hooks: this.d.hooks,
       enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
@@ -131,13 +145,21 @@ export class BatchRuntime {
     const runner = this.runner;
     const deliverer = this.deliverer;
     for (let i = 0; i < cfg.batch.workflowsPerProcess; i++) {
-      await boss.work<{ workflowId: string }>(WORKFLOW_QUEUE, { batchSize: 1, pollingIntervalSeconds: 0.5 }, async ([job]) => {
-        await runner.run(job.data.workflowId, job.id);
-      });
+      await boss.work<{ workflowId: string }>(
+        WORKFLOW_QUEUE,
+        { batchSize: 1, pollingIntervalSeconds: 0.5 },
+        async ([job]) => {
+          await runner.run(job.data.workflowId, job.id);
+        },
+      );
     }
-    await boss.work<WebhookDeliveryJob>(WEBHOOK_QUEUE, { batchSize: 1, pollingIntervalSeconds: 0.5 }, async ([job]) => {
-      await deliverer.deliver(job.data);
-    });
+    await boss.work<WebhookDeliveryJob>(
+      WEBHOOK_QUEUE,
+      { batchSize: 1, pollingIntervalSeconds: 0.5 },
+      async ([job]) => {
+        await deliverer.deliver(job.data);
+      },
+    );
     const sweep = () => {
       this.sweep().catch((err) => this.log.warn({ err }, 'batch sweep failed'));
     };
@@ -153,7 +175,10 @@ export class BatchRuntime {
     await this.runner?.shutdown();
     this.boss = undefined;
     this.starting = undefined;
-    if (boss) await boss.stop({ graceful: true, timeout: 5000, wait: true }).catch((err) => this.log.warn({ err }, 'pg-boss stop'));
+    if (boss)
+      await boss
+        .stop({ graceful: true, timeout: 5000, wait: true })
+        .catch((err) => this.log.warn({ err }, 'pg-boss stop'));
     await this.polls?.close();
     await this.store.close();
   }
@@ -166,6 +191,11 @@ export class BatchRuntime {
       await this.enqueue(w.id);
     }
     if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
+    if (this.boss) {
+      const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
+      for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
+      if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
+    }
     return stale.length;
   }
 
@@ -179,9 +209,15 @@ export class BatchRuntime {
     const schema = this.d.config.batch.pgBossSchema.replace(/"/g, '""');
     const { rows } = await this.boss
       .getDb()
-      .executeSql(`SELECT id FROM "${schema}".job WHERE name = $1 AND singleton_key = $2 AND state = 'active'`, [WORKFLOW_QUEUE, workflowId]);
+      .executeSql(
+        `SELECT id FROM "${schema}".job WHERE name = $1 AND singleton_key = $2 AND state = 'active'`,
+        [WORKFLOW_QUEUE, workflowId],
+      );
     const ids = (rows as { id: string }[]).map((r) => r.id);
-    if (ids.length) await this.boss.complete(WORKFLOW_QUEUE, ids).catch((err) => this.log.warn({ err }, 'could not close dead job'));
+    if (ids.length)
+      await this.boss
+        .complete(WORKFLOW_QUEUE, ids)
+        .catch((err) => this.log.warn({ err }, 'could not close dead job'));
   }
 
   private async enqueue(workflowId: string): Promise<void> {
@@ -222,7 +258,10 @@ export class BatchRuntime {
       prompt: body.prompt,
       segment_seconds: Math.max(body.segment_seconds ?? 300, this.d.config.batch.minSegmentSeconds),
       response_format: body.response_format ?? 'verbose_json',
-      concurrency: Math.max(1, Math.min(Math.floor(body.concurrency ?? 6) || 1, this.d.config.batch.maxConcurrency)),
+      concurrency: Math.max(
+        1,
+        Math.min(Math.floor(body.concurrency ?? 6) || 1, this.d.config.batch.maxConcurrency),
+      ),
       webhook_url: body.webhook_url,
       review: body.review ?? false,
       metadata: body.metadata,
@@ -282,7 +321,10 @@ export function batchRuntime(deps: BatchRuntimeDeps): BatchRuntime {
 }
 
 /** Start the batch queues, workers and sweeper of this process (call once at start-up). */
-export async function startBatch(deps: BatchRuntimeDeps, opts: { workers?: boolean } = {}): Promise<BatchRuntime> {
+export async function startBatch(
+  deps: BatchRuntimeDeps,
+  opts: { workers?: boolean } = {},
+): Promise<BatchRuntime> {
   const rt = batchRuntime(deps);
   await rt.start(opts);
   return rt;

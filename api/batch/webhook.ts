@@ -33,12 +33,21 @@ export interface WebhookPayload {
 }
 
 /** Delay before retry number `failures` (1 = after the first failure): exponential, capped, full jitter in [50%, 100%]. */
-export function backoffSeconds(failures: number, cfg: Pick<WebhookConfig, 'baseDelaySeconds' | 'maxDelaySeconds'>, rand = Math.random): number {
+export function backoffSeconds(
+  failures: number,
+  cfg: Pick<WebhookConfig, 'baseDelaySeconds' | 'maxDelaySeconds'>,
+  rand = Math.random,
+): number {
   const exp = Math.min(cfg.maxDelaySeconds, cfg.baseDelaySeconds * 2 ** Math.max(0, failures - 1));
   return Math.round(exp * (0.5 + 0.5 * rand()) * 1000) / 1000;
 }
 
-export function signedHeaders(secret: string, messageId: string, at: Date, body: string): Record<string, string> {
+export function signedHeaders(
+  secret: string,
+  messageId: string,
+  at: Date,
+  body: string,
+): Record<string, string> {
   return {
     'content-type': 'application/json',
     'user-agent': 'stt-service-webhooks/1',
@@ -90,8 +99,11 @@ export class WebhookDeliverer {
     const store = tenantStore(this.d.store, row.owner_id);
     const prefix = artifactPrefix(row.request_id);
     const complete = row.status === 'complete';
-    const reviewed = complete && row.params.review ? await store.getJson(`${prefix}reviewed_result.json`) : null;
-    const result = complete ? ((row.output.result as unknown) ?? (await store.getJson(`${prefix}result.json`))) : null;
+    const reviewed =
+      complete && row.params.review ? await store.getJson(`${prefix}reviewed_result.json`) : null;
+    const result = complete
+      ? ((row.output.result as unknown) ?? (await store.getJson(`${prefix}result.json`)))
+      : null;
     const payload: WebhookPayload = {
       type: complete ? 'transcription.completed' : 'transcription.failed',
       timestamp: (row.ended_at ?? new Date()).toISOString(),
@@ -117,6 +129,8 @@ export class WebhookDeliverer {
     const wh = config.webhook;
     const p = await this.payload(job.workflowId);
     if (!p) return 'skipped';
+    // A job queued again by the sweeper while the original was only late: one attempt each.
+    if ((await repo.lastDeliveryAttempt(job.workflowId)) >= job.attempt) return 'skipped';
     const messageId = `msg_${job.workflowId}`;
     const at = new Date();
     const started = Date.now();
@@ -136,10 +150,19 @@ export class WebhookDeliverer {
     } catch (err) {
       error = (err as Error).message;
       // A refused destination will not become acceptable by waiting.
-      permanent = err instanceof OutboundError && (err.code === 'blocked_destination' || err.code === 'invalid_url');
+      permanent =
+        err instanceof OutboundError && (err.code === 'blocked_destination' || err.code === 'invalid_url');
     }
     const duration_ms = Date.now() - started;
-    const base = { workflow_id: job.workflowId, message_id: messageId, attempt: job.attempt, url: p.url, status_code: status, error, duration_ms };
+    const base = {
+      workflow_id: job.workflowId,
+      message_id: messageId,
+      attempt: job.attempt,
+      url: p.url,
+      status_code: status,
+      error,
+      duration_ms,
+    };
     if (status !== null && status >= 200 && status < 300) {
       await repo.recordDelivery({ ...base, outcome: 'delivered', next_attempt_at: null });
       await repo.stepSet(job.workflowId, 'webhook', 10_000, 'complete');
@@ -147,19 +170,39 @@ export class WebhookDeliverer {
     }
     if (status === 410) {
       await repo.recordDelivery({ ...base, outcome: 'gone', next_attempt_at: null });
-      await repo.stepSet(job.workflowId, 'webhook', 10_000, 'errored', 'receiver answered 410 Gone; not retried');
+      await repo.stepSet(
+        job.workflowId,
+        'webhook',
+        10_000,
+        'errored',
+        'receiver answered 410 Gone; not retried',
+      );
       return 'gone';
     }
     error ??= `receiver answered HTTP ${status}`;
     if (job.attempt >= wh.maxAttempts || permanent) {
       await repo.recordDelivery({ ...base, error, outcome: 'abandoned', next_attempt_at: null });
-      await repo.stepSet(job.workflowId, 'webhook', 10_000, 'errored', `gave up after ${job.attempt} attempt(s): ${error}`);
+      await repo.stepSet(
+        job.workflowId,
+        'webhook',
+        10_000,
+        'errored',
+        `gave up after ${job.attempt} attempt(s): ${error}`,
+      );
       return 'abandoned';
     }
     const delay = backoffSeconds(job.attempt, wh);
-    await repo.recordDelivery({ ...base, error, outcome: 'failed', next_attempt_at: new Date(Date.now() + delay * 1000) });
+    await repo.recordDelivery({
+      ...base,
+      error,
+      outcome: 'failed',
+      next_attempt_at: new Date(Date.now() + delay * 1000),
+    });
     await repo.stepSet(job.workflowId, 'webhook', 10_000, 'waiting', error);
-    logger.info({ workflowId: job.workflowId, attempt: job.attempt, delay, error }, 'webhook attempt failed; retry scheduled');
+    logger.info(
+      { workflowId: job.workflowId, attempt: job.attempt, delay, error },
+      'webhook attempt failed; retry scheduled',
+    );
     await this.d.schedule({ workflowId: job.workflowId, attempt: job.attempt + 1 }, delay);
     return 'failed';
   }

@@ -25,7 +25,16 @@ import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
 import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
 import { annotateChunkOffline, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
-import { energyEnvelope, energyEnvelopeOfFile, planSlices, SAMPLE_RATE, sliceByteRange, splitUtterances, type Slice, type SlicePlan } from './slicing.js';
+import {
+  energyEnvelope,
+  energyEnvelopeOfFile,
+  planSlices,
+  SAMPLE_RATE,
+  sliceByteRange,
+  splitUtterances,
+  type Slice,
+  type SlicePlan,
+} from './slicing.js';
 import type { BatchResult, ChunkCheckpoint, ResultSegment, WorkflowParams } from './types.js';
 
 export interface RunnerHooks {
@@ -86,7 +95,10 @@ export class WorkflowRunner {
     this.stopping = true;
     const runs = [...this.active.values()];
     for (const r of runs) r.abort.abort(new ShutdownError('worker shutting down'));
-    await Promise.race([Promise.all(runs.map((r) => r.done)), new Promise((r) => setTimeout(r, timeoutMs).unref())]);
+    await Promise.race([
+      Promise.all(runs.map((r) => r.done)),
+      new Promise((r) => setTimeout(r, timeoutMs).unref()),
+    ]);
   }
 
   /** Runs (or resumes) a workflow if nobody else holds it. */
@@ -128,14 +140,14 @@ export class WorkflowRunner {
     );
     const workDir = path.join(config.tmpDir, `${workflowId}-${this.runnerId}`);
     try {
+      await removeDeadWorkDirs(config.tmpDir, workflowId, workDir, log);
       log.info('workflow run started');
       await this.execute(row, workDir, abort.signal, log);
+      // The webhook step waits before the workflow ends: if the hand-off below is lost, the sweeper finds it.
+      if (row.params.webhook_url) await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
       if (await repo.finish(workflowId, this.runnerId, 'complete')) {
         log.info('workflow complete');
-        if (row.params.webhook_url) {
-          await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
-          await this.d.enqueueWebhook(workflowId);
-        }
+        await this.handOffWebhook(row, log);
       }
     } catch (err) {
       if (lost || err instanceof LeaseLostError) {
@@ -150,10 +162,9 @@ export class WorkflowRunner {
       const e = err as Error;
       const error = { name: e.name || 'Error', message: e.message || String(err) };
       log.error({ err }, 'workflow errored');
-      if ((await repo.finish(workflowId, this.runnerId, 'errored', error)) && row.params.webhook_url) {
-        await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
-        await this.d.enqueueWebhook(workflowId);
-      }
+      if (row.params.webhook_url)
+        await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting').catch(() => {});
+      if (await repo.finish(workflowId, this.runnerId, 'errored', error)) await this.handOffWebhook(row, log);
     } finally {
       clearInterval(heartbeat);
       await fsp.rm(workDir, { recursive: true, force: true }).catch(() => {});
@@ -161,7 +172,24 @@ export class WorkflowRunner {
   }
 
   /** Runs one step with its row in batch_steps; transient failures are retried here. */
-  private async step<T>(row: WorkflowRow, name: string, seq: number, signal: AbortSignal, fn: () => Promise<T>, attempts = 2): Promise<T> {
+  /** Queues the first delivery; a failure here is not the workflow's: the sweeper queues it later (WEBHOOK_RECOVER_AFTER_SECONDS). */
+  private async handOffWebhook(row: WorkflowRow, log: Logger): Promise<void> {
+    if (!row.params.webhook_url) return;
+    try {
+      await this.d.enqueueWebhook(row.id);
+    } catch (err) {
+      log.warn({ err }, 'webhook delivery could not be queued; the sweeper queues it again');
+    }
+  }
+
+  private async step<T>(
+    row: WorkflowRow,
+    name: string,
+    seq: number,
+    signal: AbortSignal,
+    fn: () => Promise<T>,
+    attempts = 2,
+  ): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw signal.reason;
       await this.d.repo.stepStart(row.id, name, seq);
@@ -170,7 +198,8 @@ export class WorkflowRunner {
         await this.d.repo.stepSet(row.id, name, seq, 'complete');
         return out;
       } catch (err) {
-        const retry = !signal.aborted && !(err instanceof PermanentError) && attempt < attempts && isRetryable(err);
+        const retry =
+          !signal.aborted && !(err instanceof PermanentError) && attempt < attempts && isRetryable(err);
         await this.d.repo.stepSet(row.id, name, seq, retry ? 'waiting' : 'errored', (err as Error).message);
         if (!retry) throw err;
         await sleep(Math.min(30_000, 500 * 2 ** (attempt - 1)));
@@ -196,7 +225,12 @@ export class WorkflowRunner {
           const key = `${prefix}chunk_${s.index}.json`;
           if (!existing.has(key)) return;
           const cp = await store.getJson<ChunkCheckpoint>(key);
-          if (cp && cp.audio_sha256 === audioSha && Math.abs(cp.start - s.start) < 1e-6 && Math.abs(cp.end - s.end) < 1e-6) {
+          if (
+            cp &&
+            cp.audio_sha256 === audioSha &&
+            Math.abs(cp.start - s.start) < 1e-6 &&
+            Math.abs(cp.end - s.end) < 1e-6
+          ) {
             checkpoints.set(s.index, cp);
           }
         }),
@@ -216,7 +250,11 @@ export class WorkflowRunner {
     }
     const probed = probe!;
 
-    if (!plan || plan.segment_seconds !== p.segment_seconds || Math.abs(plan.duration - probed.duration_seconds) > 1e-6) {
+    if (
+      !plan ||
+      plan.segment_seconds !== p.segment_seconds ||
+      Math.abs(plan.duration - probed.duration_seconds) > 1e-6
+    ) {
       plan = await this.step(row, 'slice', 2, signal, async () => {
         const { envelope } = await energyEnvelopeOfFile(pcmFile!);
         return planSlices(envelope, probed.duration_seconds, {
@@ -287,7 +325,9 @@ export class WorkflowRunner {
     // ---- review ----
     let reviewOut: Record<string, unknown> | null = null;
     if (p.review) {
-      reviewOut = await this.step(row, 'review', 1100, signal, () => this.review(store, prefix, ordered, result, p, log));
+      reviewOut = await this.step(row, 'review', 1100, signal, () =>
+        this.review(store, prefix, ordered, result, p, log),
+      );
     } else {
       await repo.stepSet(row.id, 'review', 1100, 'skipped');
     }
@@ -299,7 +339,9 @@ export class WorkflowRunner {
       const artifacts = [
         ...ordered.map((c) => `${prefix}chunk_${c.index}.json`),
         `${prefix}result.json`,
-        ...(p.review ? [...ordered.map((c) => `${prefix}review_chunk_${c.index}.json`), `${prefix}reviewed_result.json`] : []),
+        ...(p.review
+          ? [...ordered.map((c) => `${prefix}review_chunk_${c.index}.json`), `${prefix}reviewed_result.json`]
+          : []),
       ];
       const startedAt = (await repo.get(row.id))?.started_at ?? new Date();
       return {
@@ -320,9 +362,12 @@ export class WorkflowRunner {
     // Billed: the audio this workflow had transcribed (any of its runs); chunks reused from an
     // earlier workflow's checkpoints cost no engine time and are not billed again.
     const billed = ordered.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
-    await recordUsage(this.d.db, { keyId: row.key_id, plane: 'batch', audioSeconds: round3(billed), refId: row.id }).catch((err) =>
-      log.warn({ err }, 'usage not recorded'),
-    );
+    await recordUsage(this.d.db, {
+      keyId: row.key_id,
+      plane: 'batch',
+      audioSeconds: round3(billed),
+      refId: row.id,
+    }).catch((err) => log.warn({ err }, 'usage not recorded'));
     await repo.saveOutput(row.id, { review: reviewOut, report, result });
   }
 
@@ -442,8 +487,20 @@ export class WorkflowRunner {
       workerId = r.workerId;
       language ||= r.language;
       if (r.text.trim()) texts.push(r.text.trim());
-      for (const s of r.segments) segments.push({ start: piece.start + s.start, end: piece.start + s.end, text: s.text, confidence: s.confidence });
-      for (const w of r.words) words.push({ word: w.word, start: piece.start + w.start, end: piece.start + w.end, confidence: w.confidence });
+      for (const s of r.segments)
+        segments.push({
+          start: piece.start + s.start,
+          end: piece.start + s.end,
+          text: s.text,
+          confidence: s.confidence,
+        });
+      for (const w of r.words)
+        words.push({
+          word: w.word,
+          start: piece.start + w.start,
+          end: piece.start + w.end,
+          confidence: w.confidence,
+        });
     });
     return {
       index: slice.index,
@@ -499,7 +556,11 @@ export class WorkflowRunner {
       }
     }
     corrected ??= correctOffline(result, reviews);
-    const reviewed = { ...corrected.result, changes: corrected.changes, reviewer: { annotate: annotateBy, correct: correctBy } };
+    const reviewed = {
+      ...corrected.result,
+      changes: corrected.changes,
+      reviewer: { annotate: annotateBy, correct: correctBy },
+    };
     await store.putJson(`${prefix}reviewed_result.json`, reviewed);
     return {
       key: `${prefix}reviewed_result.json`,
@@ -558,11 +619,22 @@ export interface ProbeOutput {
 }
 
 function summarise(cp: ChunkCheckpoint, key: string, reused: boolean): ChunkSummary {
-  return { index: cp.index, start: cp.start, end: cp.end, key, reused, text_chars: cp.text.length, engine_ms: cp.engine_ms };
+  return {
+    index: cp.index,
+    start: cp.start,
+    end: cp.end,
+    key,
+    reused,
+    text_chars: cp.text.length,
+    engine_ms: cp.engine_ms,
+  };
 }
 
 /** A remote pool's per-attempt timeout for a piece of batch audio: it scales with the audio. */
-export function engineAttemptTimeoutMs(config: Pick<BatchConfig, 'engineTimeoutBaseMs' | 'engineTimeoutPerAudioSecondMs'>, seconds: number): number {
+export function engineAttemptTimeoutMs(
+  config: Pick<BatchConfig, 'engineTimeoutBaseMs' | 'engineTimeoutPerAudioSecondMs'>,
+  seconds: number,
+): number {
   return Math.round(config.engineTimeoutBaseMs + config.engineTimeoutPerAudioSecondMs * seconds);
 }
 
@@ -572,20 +644,39 @@ function isRetryable(err: unknown): boolean {
 }
 
 /** Chunk transcripts → one transcript on the recording's time line. */
-export function aggregate(chunks: ChunkCheckpoint[], p: Pick<WorkflowParams, 'language' | 'model'>, duration: number, defaultModel: string): BatchResult {
+export function aggregate(
+  chunks: ChunkCheckpoint[],
+  p: Pick<WorkflowParams, 'language' | 'model'>,
+  duration: number,
+  defaultModel: string,
+): BatchResult {
   const segments: ResultSegment[] = [];
   for (const c of chunks) {
     const segs = c.segments.length
       ? c.segments
       : c.text.trim()
-        ? [{ start: 0, end: c.end - c.start, text: c.text, confidence: avg(c.words.map((w) => w.confidence)) }]
+        ? [
+            {
+              start: 0,
+              end: c.end - c.start,
+              text: c.text,
+              confidence: avg(c.words.map((w) => w.confidence)),
+            },
+          ]
         : [];
     for (const s of segs) {
       const text = s.text.trim();
       if (!text) continue;
       const start = round3(c.start + s.start);
       const end = round3(Math.min(c.end, c.start + s.end));
-      segments.push({ id: segments.length, start_time: start, end_time: end, duration: round3(end - start), text, confidence: round3(s.confidence) });
+      segments.push({
+        id: segments.length,
+        start_time: start,
+        end_time: end,
+        duration: round3(end - start),
+        text,
+        confidence: round3(s.confidence),
+      });
     }
   }
   const speech = segments.reduce((a, s) => a + s.duration, 0);
@@ -599,10 +690,35 @@ export function aggregate(chunks: ChunkCheckpoint[], p: Pick<WorkflowParams, 'la
       overall_speech_ratio: duration > 0 ? round3(speech / duration) : 0,
       num_segments: segments.length,
     },
-    metadata: { language, model: p.model ?? defaultModel, chunk_count: chunks.length, audio_duration_seconds: round3(duration) },
+    metadata: {
+      language,
+      model: p.model ?? defaultModel,
+      chunk_count: chunks.length,
+      audio_duration_seconds: round3(duration),
+    },
   };
 }
 
 function avg(xs: number[]): number {
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
+}
+
+/**
+ * Audio is kept only while a run needs it: work folders of earlier runs of
+ * this workflow belong to runs that died (this run holds the lease), so they
+ * go before the new run fetches its own copy.
+ */
+async function removeDeadWorkDirs(
+  tmpDir: string,
+  workflowId: string,
+  own: string,
+  log: Logger,
+): Promise<void> {
+  const names = await fsp.readdir(tmpDir).catch(() => [] as string[]);
+  for (const name of names) {
+    const dir = path.join(tmpDir, name);
+    if (!name.startsWith(`${workflowId}-`) || dir === own) continue;
+    await fsp.rm(dir, { recursive: true, force: true });
+    log.info({ dir: name }, 'removed the work folder of a dead run');
+  }
 }

@@ -50,6 +50,12 @@ export interface WebhookConfig {
   baseDelaySeconds: number;
   maxDelaySeconds: number;
   maxResponseBytes: number;
+  /**
+   * A delivery that should have been attempted this long ago but left no
+   * record (its process died between finishing the job and queueing the
+   * delivery, or between two attempts) is queued again by the sweeper.
+   */
+  recoverAfterSeconds: number;
 }
 
 export interface BatchConfig {
@@ -111,9 +117,12 @@ const REVIEW_STAGES = new Set(['annotate', 'correct']);
 export function batchConfig(env: Env): BatchConfig {
   const dataDir = path.resolve(str(env, 'DATA_DIR', '.data'));
   const driver = str(env, 'ARTIFACT_STORE', str(env, 'S3_BUCKET') ? 's3' : 'fs');
-  if (driver !== 'fs' && driver !== 's3') throw new ConfigError(`ARTIFACT_STORE must be "fs" or "s3", got "${driver}"`);
+  if (driver !== 'fs' && driver !== 's3')
+    throw new ConfigError(`ARTIFACT_STORE must be "fs" or "s3", got "${driver}"`);
   const stages = list(env, 'REVIEW_STAGES');
-  for (const s of stages) if (!REVIEW_STAGES.has(s)) throw new ConfigError(`REVIEW_STAGES entries must be annotate or correct, got "${s}"`);
+  for (const s of stages)
+    if (!REVIEW_STAGES.has(s))
+      throw new ConfigError(`REVIEW_STAGES entries must be annotate or correct, got "${s}"`);
   let prefix = str(env, 'ARTIFACT_PREFIX', '');
   if (prefix && !prefix.endsWith('/')) prefix += '/';
   return {
@@ -171,6 +180,7 @@ export function batchConfig(env: Env): BatchConfig {
       baseDelaySeconds: num(env, 'WEBHOOK_BASE_DELAY_SECONDS', 30, 0),
       maxDelaySeconds: num(env, 'WEBHOOK_MAX_DELAY_SECONDS', 3 * 3600, 0),
       maxResponseBytes: int(env, 'WEBHOOK_MAX_RESPONSE_BYTES', 64 * 1024, 0),
+      recoverAfterSeconds: int(env, 'WEBHOOK_RECOVER_AFTER_SECONDS', 300, 1),
     },
   };
 }

@@ -23,11 +23,15 @@ import {
 } from './helpers.js';
 
 function startWorker(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   return new Promise((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
     child.stdout!.on('data', (d: Buffer) => {
@@ -45,7 +49,11 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
   const dir = tmpDir('batch-crash-');
 
   before(async () => {
-    buildRecording(path.join(dir, 'long.wav'), ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav'], 0.8);
+    buildRecording(
+      path.join(dir, 'long.wav'),
+      ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav'],
+      0.8,
+    );
     files = await startFileServer(dir);
     // This process only submits and polls (pg-boss producer); the workers live in the child.
     t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
@@ -78,24 +86,44 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: `${files.url}/long.wav`, request_id: requestId, segment_seconds: 5, concurrency: 1 });
+      .send({
+        audio_url: `${files.url}/long.wav`,
+        request_id: requestId,
+        segment_seconds: 5,
+        concurrency: 1,
+      });
     expect(sub.status).to.equal(202);
     const id = sub.body.workflow_id as string;
 
     const store = tenantStore(t.runtime.store, 'tenant-crash');
     const prefix = `transcription/${requestId}/`;
-    await waitFor(async () => (await store.list(prefix)).filter((k) => /chunk_\d+\.json$/.test(k)).length >= 2, 60_000, 50);
+    await waitFor(
+      async () => (await store.list(prefix)).filter((k) => /chunk_\d+\.json$/.test(k)).length >= 2,
+      60_000,
+      50,
+    );
     child.kill('SIGKILL');
     await new Promise((r) => child!.once('exit', r));
-    const checkpointed = (await store.list(prefix)).map((k) => /chunk_(\d+)\.json$/.exec(k)?.[1]).filter(Boolean).map(Number);
-    const mid = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+    const checkpointed = (await store.list(prefix))
+      .map((k) => /chunk_(\d+)\.json$/.exec(k)?.[1])
+      .filter(Boolean)
+      .map(Number);
+    const mid = await request(t.server)
+      .get(`/v1/audio/transcriptions/jobs/${id}`)
+      .set('authorization', `Bearer ${key}`);
     expect(mid.body.status).to.equal('running');
 
     child = await startWorker(env, callLog);
-    const done = await waitFor(async () => {
-      const r = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
-      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
-    }, 90_000, 200);
+    const done = await waitFor(
+      async () => {
+        const r = await request(t.server)
+          .get(`/v1/audio/transcriptions/jobs/${id}`)
+          .set('authorization', `Bearer ${key}`);
+        return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+      },
+      90_000,
+      200,
+    );
     child.kill('SIGTERM');
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
 
@@ -118,5 +146,8 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     expect(done.body.output.result.metadata.chunk_count).to.equal(chunkCount);
     const probe = done.body.steps.find((s: { name: string }) => s.name === 'probe');
     expect(probe.attempts).to.equal(2); // fetched again by the second process
+    // The killed run's copy of the audio went when the next run started; the finished run removed its own.
+    const tmp = path.join(t.dataDir, 'tmp', 'batch');
+    expect((fs.existsSync(tmp) ? fs.readdirSync(tmp) : []).filter((n) => n.startsWith(id))).to.deep.equal([]);
   });
 });

@@ -5,7 +5,15 @@ import request from 'supertest';
 import { Webhook } from 'standardwebhooks';
 import { backoffSeconds, signedHeaders } from '../../api/batch/webhook.js';
 import { batchConfig } from '../../shared/config/batch.js';
-import { createBatchTestApp, issueKey, startFileServer, TEST_WEBHOOK_SECRET, waitFor, type BatchTestApp, type FileServer } from './helpers.js';
+import {
+  createBatchTestApp,
+  issueKey,
+  startFileServer,
+  TEST_WEBHOOK_SECRET,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
 import { audioDir, tmpDir } from './helpers.js';
 
 describe('batch: webhook backoff and signing', () => {
@@ -29,7 +37,9 @@ describe('batch: webhook backoff and signing', () => {
     expect(h['webhook-timestamp']).to.equal(String(at.getTime() / 1000));
     expect(h['webhook-signature']).to.match(/^v1,[A-Za-z0-9+/=]+$/);
     const wh = new Webhook(TEST_WEBHOOK_SECRET);
-    expect(() => wh.verify('{"a":2}', { ...h, 'webhook-timestamp': String(Math.floor(Date.now() / 1000)) })).to.throw();
+    expect(() =>
+      wh.verify('{"a":2}', { ...h, 'webhook-timestamp': String(Math.floor(Date.now() / 1000)) }),
+    ).to.throw();
   });
 });
 
@@ -42,7 +52,7 @@ describe('batch: webhook delivery', function () {
   before(async () => {
     fs.copyFileSync(`${audioDir}/librivox-austen-0880.wav`, `${dir}/short.wav`);
     files = await startFileServer(dir);
-    t = await createBatchTestApp({}, { start: true });
+    t = await createBatchTestApp({ WEBHOOK_RECOVER_AFTER_SECONDS: '5' }, { start: true });
     key = (await issueKey(t, { ownerId: 'tenant-w', plan: 'pro' })).key;
   });
   after(async () => {
@@ -59,15 +69,20 @@ describe('batch: webhook delivery', function () {
     expect(r.status).to.equal(202);
     return r.body.workflow_id as string;
   }
-  const deliveries = (id: string) => t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).orderBy('attempt');
+  const deliveries = (id: string) =>
+    t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).orderBy('attempt');
 
   it('retries failed deliveries with growing delays, recording every attempt, until one succeeds', async () => {
     files.postStatuses.push(500, 503);
     const id = await run('/retry');
-    const rows = await waitFor(async () => {
-      const d = await deliveries(id);
-      return d.length === 3 ? d : undefined;
-    }, 30_000, 200);
+    const rows = await waitFor(
+      async () => {
+        const d = await deliveries(id);
+        return d.length === 3 ? d : undefined;
+      },
+      30_000,
+      200,
+    );
     expect(rows.map((r) => r.outcome)).to.deep.equal(['failed', 'failed', 'delivered']);
     expect(rows.map((r) => r.status_code)).to.deep.equal([500, 503, 200]);
     expect(rows[0].next_attempt_at).to.be.instanceOf(Date);
@@ -75,8 +90,11 @@ describe('batch: webhook delivery', function () {
     expect(calls).to.have.length(3);
     // Same message id on every attempt so receivers can de-duplicate; each verifies.
     expect(new Set(calls.map((c) => c.headers['webhook-id'])).size).to.equal(1);
-    for (const c of calls) new Webhook(TEST_WEBHOOK_SECRET).verify(c.body, c.headers as Record<string, string>);
-    const poll = await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+    for (const c of calls)
+      new Webhook(TEST_WEBHOOK_SECRET).verify(c.body, c.headers as Record<string, string>);
+    const poll = await request(t.server)
+      .get(`/v1/audio/transcriptions/jobs/${id}`)
+      .set('authorization', `Bearer ${key}`);
     const step = poll.body.steps.find((s: { name: string }) => s.name === 'webhook');
     expect(step).to.include({ status: 'complete', attempts: 3 });
   });
@@ -89,5 +107,68 @@ describe('batch: webhook delivery', function () {
     const rows = await deliveries(id);
     expect(rows).to.have.length(1);
     expect(rows[0]).to.include({ outcome: 'gone', status_code: 410 });
+  });
+
+  it('a delivery lost with its process (job ended, nothing sent, or a retry never queued) is sent by the sweeper', async () => {
+    const id = await run('/lost');
+    await waitFor(async () => (await deliveries(id)).length === 1, 30_000, 200);
+    const sent = () => files.posts.filter((p) => p.path === '/lost').length;
+    expect(sent()).to.equal(1);
+    // The state a process killed between finishing the job and queueing its delivery leaves behind.
+    await t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).delete();
+    await t.deps
+      .db('batch_steps')
+      .where({ workflow_id: id, name: 'webhook' })
+      .update({ status: 'waiting', ended_at: null });
+    await t.deps
+      .db('batch_workflows')
+      .where({ id })
+      .update({ ended_at: t.deps.db.raw("now() - interval '1 hour'") });
+    const recovered = await waitFor(
+      async () => {
+        const d = await deliveries(id);
+        return d.length === 1 ? d : undefined;
+      },
+      30_000,
+      200,
+    );
+    expect(recovered[0]).to.include({ attempt: 1, outcome: 'delivered' });
+    expect(sent()).to.equal(2);
+
+    // A failed attempt whose retry was never queued (the process died after recording it).
+    await t.deps
+      .db('batch_webhook_deliveries')
+      .where({ workflow_id: id })
+      .update({
+        outcome: 'failed',
+        status_code: 500,
+        next_attempt_at: t.deps.db.raw("now() - interval '1 hour'"),
+      });
+    await t.deps
+      .db('batch_steps')
+      .where({ workflow_id: id, name: 'webhook' })
+      .update({ status: 'waiting', ended_at: null });
+    const retried = await waitFor(
+      async () => {
+        const d = await deliveries(id);
+        return d.length === 2 ? d : undefined;
+      },
+      30_000,
+      200,
+    );
+    expect(retried.map((r) => [r.attempt, r.outcome])).to.deep.equal([
+      [1, 'failed'],
+      [2, 'delivered'],
+    ]);
+    expect(sent()).to.equal(3);
+    // Nothing more once delivered: the sweeper leaves finished deliveries alone.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(sent()).to.equal(3);
+    const poll = await request(t.server)
+      .get(`/v1/audio/transcriptions/jobs/${id}`)
+      .set('authorization', `Bearer ${key}`);
+    expect(poll.body.steps.find((s: { name: string }) => s.name === 'webhook')).to.include({
+      status: 'complete',
+    });
   });
 });
