@@ -25,6 +25,7 @@ import { isMultipart, parseAudioUpload, UploadError } from '../../../shared/audi
 import { createSpeechEngine, isResponseFormat, normalizeLanguage, renderTranscript, RESPONSE_FORMATS, SpeechError, type SpeechEngine } from '../../../shared/stt/index.js';
 import { recordUsage, windowUsage } from '../../../shared/usage.js';
 import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
+import { deprecatedJobRequestBody, deprecatedJobResponses } from '../jobs/index.js';
 
 export const SEGMENT_PATH = '/v1/audio/transcriptions';
 
@@ -196,8 +197,9 @@ export function register(router: Router, deps: AppDeps): void {
       'OpenAI-compatible. Every clip is transcribed and billed, silence included. A JSON body on this path is the deprecated job submission (see /v1/audio/transcriptions/jobs).',
     tags: ['segment'],
     security: 'apiKey',
-    requestBody: [{ contentType: 'multipart/form-data', schema: segmentRequestSchema }],
+    requestBody: [{ contentType: 'multipart/form-data', schema: segmentRequestSchema }, deprecatedJobRequestBody],
     responses: {
+      ...deprecatedJobResponses,
       '200': {
         description: 'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
         schema: verboseJsonSchema,
