@@ -43,6 +43,8 @@ class AttemptError extends Error {
     /** False when the worker is fine but refused the request itself. */
     readonly workerFault: boolean,
     readonly code = 'transcription_failed',
+    /** The worker is fine but cannot serve this request; another might (a language it lacks). */
+    readonly tryElsewhere = false,
   ) {
     super(message);
   }
@@ -113,8 +115,10 @@ export class RemotePool implements SpeechEngine {
 
   /** Primary first, then fallbacks, at most maxAttempts. */
   private candidates(req: TranscribeRequest): WorkerState[] {
+    // One turn per request, so that idle workers take turns being primary.
+    const turn = this.rotation++;
     const byLoad = (list: WorkerState[]) => {
-      const start = this.rotation++ % Math.max(1, list.length);
+      const start = turn % Math.max(1, list.length);
       const rotated = [...list.slice(start), ...list.slice(0, start)];
       return rotated.sort((a, b) => a.inFlight - b.inFlight);
     };
@@ -137,6 +141,8 @@ export class RemotePool implements SpeechEngine {
     const deadline = Date.now() + budgetMs;
     const wav = pcmToWav(req.pcm);
     const failures: string[] = [];
+    let refusedLanguage: AttemptError | undefined;
+    let refusals = 0;
     for (let i = 0; i < candidates.length; i++) {
       const remaining = deadline - Date.now();
       if (remaining <= 0) break;
@@ -148,8 +154,15 @@ export class RemotePool implements SpeechEngine {
         if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
         return { ...transcript, workerId: worker.id, fallbackUsed: i > 0, engineMs: performance.now() - started };
       } catch (err) {
+        // The caller went away: that says nothing about the worker.
+        if (req.signal?.aborted) throw new SpeechError('The request was aborted.', 'aborted', false);
         const e = err as AttemptError;
         failures.push(`${worker.id}: ${e.message}`);
+        if (e.tryElsewhere) {
+          refusedLanguage = e;
+          refusals++;
+          continue;
+        }
         if (e.workerFault === false) {
           throw new SpeechError(e.message, e.code, false);
         }
@@ -157,6 +170,11 @@ export class RemotePool implements SpeechEngine {
         worker.lastError = e.message;
         this.log.warn({ worker: worker.id, attempt: i + 1, err: e.message }, 'speech worker attempt failed');
       }
+    }
+    if (refusedLanguage && refusals === failures.length) {
+      // Every worker tried refused the language itself: the request's fault, not an outage.
+      const tried = candidates.map((w) => w.id).join(', ');
+      throw new SpeechError(`${refusedLanguage.message} (refused by every worker tried: ${tried})`, refusedLanguage.code, false);
     }
     throw new SpeechError(`All speech worker attempts failed (${failures.join('; ') || 'no worker available in time'}).`, 'transcription_failed');
   }
@@ -198,6 +216,8 @@ export class RemotePool implements SpeechEngine {
         } catch {
           /* not JSON */
         }
+        // A worker without the language is healthy; the next one may have it.
+        if (code === 'unsupported_language' && res.status < 500) throw new AttemptError(message, false, code, true);
         // 401/403 mean this worker's credentials are wrong (a configuration fault of that worker).
         const workerFault = res.status >= 500 || [401, 403, 408, 429].includes(res.status);
         throw new AttemptError(message, workerFault, code);

@@ -94,6 +94,40 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     }
   });
 
+  it('idle workers take turns as primary: one request after another alternates between them', async () => {
+    const seen: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await post().attach('file', short, 'clip.wav').field('response_format', 'json');
+      expect(res.status).to.equal(200);
+      seen.push(res.headers['x-worker-id']);
+    }
+    expect(seen.filter((id) => id === 'wa')).to.have.length(2);
+    expect(seen.filter((id) => id === 'wb')).to.have.length(2);
+  });
+
+  it('a caller that gives up does not mark a healthy worker down', async () => {
+    const pool = t.deps.speech as RemotePool;
+    const aborter = new AbortController();
+    const pending = pool.transcribe({ pcm: pcmOf(clip('jfk.wav').path), signal: aborter.signal }).catch((e: unknown) => e);
+    while (!pool.status().some((w) => w.inFlight > 0)) await new Promise((r) => setTimeout(r, 10));
+    aborter.abort();
+    const err = await pending;
+    expect((err as SpeechError).code).to.equal('aborted');
+    expect(pool.status().map((w) => w.healthy)).to.deep.equal([true, true]);
+    await Promise.all([idle(a), idle(b)]);
+  });
+
+  it('a language a worker lacks is tried on the next worker; refused by all, it is 400 unsupported_language and nobody is marked down', async () => {
+    const pool = t.deps.speech as RemotePool;
+    const err = await pool.transcribe({ pcm: pcmOf(clip('librivox-austen-0880.wav').path), language: 'fr' }).catch((e: unknown) => e);
+    expect((err as SpeechError).code).to.equal('unsupported_language');
+    expect((err as SpeechError).message).to.match(/fr/).and.match(/refused by every worker tried: (wa, wb|wb, wa)\)$/);
+    expect(pool.status().map((w) => w.healthy)).to.deep.equal([true, true]);
+    const res = await post().attach('file', short, 'clip.wav').field('language', 'fr');
+    expect(res.status).to.equal(400);
+    expect(res.body.error.code).to.equal('unsupported_language');
+  });
+
   it('an engine worker speaks OpenAI: the official SDK works in every response format', async () => {
     const client = new OpenAI({ apiKey: 'unused', baseURL: `${a.url}/v1`, maxRetries: 0 });
     const file = () => toFile(short, 'clip.wav', { type: 'audio/wav' });
@@ -150,6 +184,8 @@ describe('speech: remote worker pool with two engine/ processes', function () {
 
   it('with both workers down: 502 transcription_failed within the budget', async () => {
     await Promise.all([a.kill(), b.kill()]);
+    const billed = async () => (await t.deps.db('usage_events').where({ plane: 'segment' })).length;
+    const billedBefore = await billed();
     const started = Date.now();
     const res = await post().attach('file', short, 'clip.wav');
     expect(res.status).to.equal(502);
@@ -157,7 +193,6 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     expect(res.body.error.message).to.be.a('string');
     expect(Date.now() - started).to.be.below(t.config.speech.remote.budgetMs);
     // Failed attempts are not billed.
-    const rows = await t.deps.db('usage_events').where({ plane: 'segment' });
-    expect(rows.length).to.equal(7);
+    expect(await billed()).to.equal(billedBefore);
   });
 });
