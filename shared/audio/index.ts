@@ -90,7 +90,8 @@ export function canonicalWavSamples(buf: Buffer): Buffer | undefined {
 
 /** Decodes an audio file held in memory. */
 export async function decodeAudio(input: Buffer, opts: DecodeOptions = {}): Promise<Buffer> {
-  if (input.length === 0) throw new AudioDecodeError('The audio file is empty.');
+  // An empty file is an empty clip: no samples (transcribed and billed as such, interface 2.6).
+  if (input.length === 0) return Buffer.alloc(0);
   const direct = canonicalWavSamples(input);
   if (direct) {
     if (opts.maxSeconds !== undefined && pcmDurationSeconds(direct) > opts.maxSeconds) {

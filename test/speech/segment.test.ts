@@ -72,8 +72,11 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     const empty = await post().attach('file', pcmToWav(Buffer.alloc(0)), 'empty.wav').field('response_format', 'json');
     expect(empty.status).to.equal(200);
     expect(empty.body).to.deep.equal({ text: '' });
+    const zeroBytes = await post().attach('file', Buffer.alloc(0), 'zero.wav');
+    expect(zeroBytes.status, JSON.stringify(zeroBytes.body)).to.equal(200);
+    expect(zeroBytes.body).to.include({ text: '', duration: 0 });
     const after = await t.deps.db('usage_events').where({ key_id: keyId }).count<{ count: string }[]>('* as count');
-    expect(Number(after[0].count) - Number(before[0].count)).to.equal(2);
+    expect(Number(after[0].count) - Number(before[0].count)).to.equal(3);
   });
 
   describe('errors {error:{message,type,code}}', () => {

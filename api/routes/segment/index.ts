@@ -210,7 +210,7 @@ export function register(router: Router, deps: AppDeps): void {
       },
       '400': {
         description:
-          '`invalid_content_type`, `missing_file`, `invalid_audio`, `audio_too_long`, `unsupported_language`, `unknown_worker`, `invalid_response_format`',
+          '`invalid_content_type`, `invalid_multipart`, `missing_file`, `invalid_audio`, `audio_too_long`, `unsupported_language`, `unknown_worker`, `invalid_response_format`',
         schema: apiErrorSchema,
       },
       '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
