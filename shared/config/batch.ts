@@ -24,6 +24,9 @@ export interface ArtifactStoreConfig {
     accessKeyId: string | undefined;
     secretAccessKey: string | undefined;
     forcePathStyle: boolean;
+    /** Per request: connecting, and then the whole request (a hung store must not hang a workflow). */
+    connectTimeoutMs: number;
+    requestTimeoutMs: number;
   };
   /** Prepended to every physical key (both drivers). */
   prefix: string;
@@ -156,6 +159,8 @@ export function batchConfig(env: Env): BatchConfig {
         accessKeyId: str(env, 'S3_ACCESS_KEY_ID'),
         secretAccessKey: str(env, 'S3_SECRET_ACCESS_KEY'),
         forcePathStyle: bool(env, 'S3_FORCE_PATH_STYLE', true),
+        connectTimeoutMs: int(env, 'S3_CONNECT_TIMEOUT_MS', 5_000, 1),
+        requestTimeoutMs: int(env, 'S3_REQUEST_TIMEOUT_MS', 30_000, 1),
       },
       prefix,
     },

@@ -28,6 +28,7 @@ export class S3ArtifactStore implements ArtifactStore {
       region: cfg.region,
       endpoint: cfg.endpoint,
       forcePathStyle: cfg.forcePathStyle,
+      requestHandler: { connectionTimeout: cfg.connectTimeoutMs, requestTimeout: cfg.requestTimeoutMs, throwOnRequestTimeout: true },
       credentials:
         cfg.accessKeyId && cfg.secretAccessKey ? { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey } : undefined,
     });

@@ -1,5 +1,6 @@
 /** Artifact store contract on both drivers: filesystem and S3 (s3rver on loopback). */
 import fs from 'node:fs';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
@@ -87,13 +88,48 @@ contract('filesystem', async () => {
   return { store: new FsArtifactStore(dir), cleanup: async () => fs.rmSync(dir, { recursive: true, force: true }) };
 });
 
+const s3Config = {
+  endpoint: undefined as string | undefined,
+  region: 'us-east-1',
+  bucket: 'artifacts',
+  accessKeyId: 'S3RVER',
+  secretAccessKey: 'S3RVER',
+  forcePathStyle: true,
+  connectTimeoutMs: 5_000,
+  requestTimeoutMs: 30_000,
+};
+
 contract('S3 (s3rver)', async () => {
   const s3 = await startS3();
   const store = new S3ArtifactStore(
-    { endpoint: s3.endpoint, region: 'us-east-1', bucket: 'artifacts', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', forcePathStyle: true },
+    { ...s3Config, endpoint: s3.endpoint },
     'prefix/',
   );
   return { store, cleanup: () => s3.close() };
+});
+
+describe('storage: an S3 endpoint that never answers', () => {
+  it('fails the request after S3_REQUEST_TIMEOUT_MS instead of hanging the workflow', async () => {
+    // Accepts connections, reads the request, never answers.
+    const sockets = new Set<net.Socket>();
+    const mute = net.createServer((s) => {
+      sockets.add(s);
+      s.on('data', () => {});
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+    const endpoint = `http://127.0.0.1:${(mute.address() as net.AddressInfo).port}`;
+    const store = new S3ArtifactStore({ ...s3Config, endpoint, requestTimeoutMs: 300 });
+    const started = Date.now();
+    try {
+      const err = await store.putJson('transcription/x/chunk_0.json', {}).catch((e: unknown) => e);
+      expect(err).to.be.instanceOf(Error);
+      // The SDK retries (3 attempts by default); each gives up after 300 ms.
+      expect(Date.now() - started).to.be.below(5_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => mute.close(r));
+    }
+  });
 });
 
 describe('storage: key validation', () => {
