@@ -22,6 +22,7 @@ import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { type RunnerHooks, Semaphore, WorkflowRunner } from './workflow.js';
+import { normalizeLanguage } from '../../shared/stt/language.js';
 
 export const WORKFLOW_QUEUE = 'batch-workflow';
 export const WEBHOOK_QUEUE = 'batch-webhook';
@@ -253,7 +254,8 @@ export class BatchRuntime {
     const params: WorkflowParams = {
       audio_url: body.audio_url,
       request_id: requestId,
-      language: body.language,
+      // `en-US`, `English`, `auto`: the workflow and its metadata carry the code (or no hint).
+      language: normalizeLanguage(body.language),
       model: body.model,
       prompt: body.prompt,
       segment_seconds: Math.max(body.segment_seconds ?? 300, this.d.config.batch.minSegmentSeconds),

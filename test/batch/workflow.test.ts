@@ -7,6 +7,9 @@ import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
 import { Webhook } from 'standardwebhooks';
+import { ajv } from '../../api/http/validate.js';
+import { workflowStatusSchema } from '../../api/batch/schemas.js';
+import { tenantStore } from '../../shared/storage/index.js';
 import {
   buildRecording,
   createBatchTestApp,
@@ -73,6 +76,7 @@ describe('batch: workflow end to end', function () {
         segment_seconds: 10,
         concurrency: 2,
         review: true,
+        language: 'en-US',
         webhook_url: `${files.url}/hook`,
         metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
       });
@@ -93,6 +97,10 @@ describe('batch: workflow end to end', function () {
     const done = await waitDone(workflowId);
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
     expect(done.body.error).to.equal(null);
+    // The whole status object has the shape of 2.3 / 2.4 (the schema /openapi.json publishes).
+    const validStatus = ajv.compile(workflowStatusSchema);
+    expect(validStatus(done.body), ajv.errorsText(validStatus.errors)).to.equal(true);
+    expect(done.body.output.result.metadata.language).to.equal('en');
     const names = done.body.steps.map((s: { name: string }) => s.name);
     expect(names.slice(0, 2)).to.deep.equal(['probe', 'slice']);
     expect(names).to.include.members(['transcribe_chunk_0', 'transcribe_chunk_1', 'transcribe_chunk_2', 'aggregate', 'review', 'report']);
@@ -131,7 +139,13 @@ describe('batch: workflow end to end', function () {
     firstResult = r;
     expect(t.engineCalls.filter((c) => c.workflowId === workflowId)).to.have.length(3);
 
-    // Artifacts (2.5) through GET /r2/{key}, owner only.
+    // Artifacts (2.5): exactly the table's keys for a reviewed job, read through GET /r2/{key}, owner only.
+    const stored = (await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)).sort();
+    expect(stored).to.deep.equal(
+      ['chunk_0', 'chunk_1', 'chunk_2', 'result', 'review_chunk_0', 'review_chunk_1', 'review_chunk_2', 'reviewed_result']
+        .map((k) => `transcription/${requestId}/${k}.json`)
+        .sort(),
+    );
     for (const k of ['chunk_0.json', 'chunk_2.json', 'result.json', 'review_chunk_1.json', 'reviewed_result.json']) {
       const a = await request(t.server).get(`/r2/transcription/${requestId}/${k}`).set('authorization', `Bearer ${key}`);
       expect(a.status, k).to.equal(200);
