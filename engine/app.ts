@@ -118,11 +118,15 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
       pcm = await decodeAudio(upload.file.data, {
         ffmpegPath: speech.audio.ffmpegPath,
         timeoutMs: speech.audio.decodeTimeoutMs,
+        maxSeconds: speech.engineServer.maxAudioSeconds,
         signal: aborter.signal,
       });
     } catch (err) {
       if (err instanceof AudioDecodeError && err.code === 'invalid_audio') throw new HttpError(400, 'invalid_audio', err.message);
-      if (err instanceof AudioDecodeError || err instanceof AudioTooLongError) throw new HttpError(503, 'decoder_unavailable', err.message);
+      if (err instanceof AudioTooLongError) {
+        throw new HttpError(400, 'audio_too_long', `The clip is longer than this worker's ${speech.engineServer.maxAudioSeconds} s (ENGINE_MAX_AUDIO_SECONDS).`);
+      }
+      if (err instanceof AudioDecodeError) throw new HttpError(503, 'decoder_unavailable', err.message);
       throw err;
     }
     let result;

@@ -65,6 +65,8 @@ export interface SpeechConfig {
     port: number;
     /** When set, the worker requires `Authorization: Bearer <key>`. */
     apiKey: string | undefined;
+    /** Longest clip it accepts (400 `audio_too_long` past it); decoding stops there. */
+    maxAudioSeconds: number;
   };
 }
 
@@ -147,6 +149,7 @@ export function speechConfig(env: Env): SpeechConfig {
       host: str(env, 'ENGINE_HOST', '127.0.0.1'),
       port: int(env, 'ENGINE_PORT', 9000, 0),
       apiKey: str(env, 'ENGINE_API_KEY'),
+      maxAudioSeconds: num(env, 'ENGINE_MAX_AUDIO_SECONDS', 3600, 1),
     },
   };
 }

@@ -62,6 +62,16 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
     }
   });
 
+  it('refuses clips longer than ENGINE_MAX_AUDIO_SECONDS with 400 audio_too_long', async () => {
+    const capped = loadConfig({ STT_THREADS: '1', ENGINE_MAX_AUDIO_SECONDS: '1' }).speech;
+    const app = createEngineApp({ engine, speech: capped, logger }).callback();
+    const res = await request(app).post('/v1/audio/transcriptions').attach('file', wav, 'a.wav');
+    expect(res.status).to.equal(400);
+    expect(res.body.error).to.include({ code: 'audio_too_long', type: 'invalid_request_error' });
+    const short = await request(app).post('/v1/audio/transcriptions').attach('file', wav.subarray(0, 44 + 16000), 'short.wav');
+    expect(short.status, JSON.stringify(short.body)).to.equal(200);
+  });
+
   it('is reachable by the remote pool with STT_WORKER_API_KEY; a wrong key counts as that worker failing', async () => {
     const http = await import('node:http');
     const listener = http.createServer(server);
