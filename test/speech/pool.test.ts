@@ -141,7 +141,7 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     expect(models.data[0].id).to.equal('pocketsphinx-en-us');
   });
 
-  it('the transcribe CLI prints text and writes subtitle files', async () => {
+  it('the transcribe CLI prints text and writes subtitle files, for a file or a whole folder', async () => {
     const cli = (args: string[]) =>
       spawnSync(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'cli/transcribe.ts'), ...args], { cwd: REPO_ROOT, encoding: 'utf8' });
     const file = clip('librivox-austen-0880.wav').path;
@@ -153,6 +153,26 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     expect(srt.status, srt.stderr).to.equal(0);
     expect(fs.readFileSync(path.join(out, 'librivox-austen-0880.srt'), 'utf8')).to.match(/^1\n00:00:00,\d{3} --> /);
     fs.rmSync(out, { recursive: true, force: true });
+    // A folder: every audio file in it (others skipped), one output file each; text mode prints "file: text".
+    const folder = path.join(REPO_ROOT, `test/.tmp/cli-in-${process.pid}`);
+    fs.mkdirSync(folder, { recursive: true });
+    fs.copyFileSync(file, path.join(folder, 'one.wav'));
+    fs.copyFileSync(clip('librivox-austen-0870.wav').path, path.join(folder, 'two.wav'));
+    fs.writeFileSync(path.join(folder, 'notes.txt'), 'not audio');
+    try {
+      const vtt = cli([folder, '--url', b.url, '--key', 'sk-unused-by-engine', '--format', 'vtt', '--out', out]);
+      expect(vtt.status, vtt.stderr).to.equal(0);
+      expect(fs.readdirSync(out).sort()).to.deep.equal(['one.vtt', 'two.vtt']);
+      for (const f of ['one.vtt', 'two.vtt']) expect(fs.readFileSync(path.join(out, f), 'utf8')).to.match(/^WEBVTT\n\n00:00:0/);
+      const texts = cli([folder, '--url', b.url, '--key', 'sk-unused-by-engine', '--concurrency', '1']);
+      expect(texts.status, texts.stderr).to.equal(0);
+      const lines = texts.stdout.trim().split('\n');
+      expect(lines.map((l) => path.basename(l.split(':')[0]))).to.deep.equal(['one.wav', 'two.wav']);
+      for (const l of lines) expect(l.split(': ')[1].split(' ').length).to.be.greaterThan(3);
+    } finally {
+      fs.rmSync(folder, { recursive: true, force: true });
+      fs.rmSync(out, { recursive: true, force: true });
+    }
     const bad = cli([path.join(REPO_ROOT, 'package.json'), '--url', b.url, '--key', 'x']);
     expect(bad.status).to.equal(1);
     expect(bad.stderr).to.match(/invalid_audio/);

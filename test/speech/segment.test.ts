@@ -1,4 +1,6 @@
 import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
 import { expect } from 'chai';
 import request from 'supertest';
 import OpenAI, { toFile } from 'openai';
@@ -111,6 +113,50 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
       const big = Buffer.alloc(1.5 * 1024 * 1024, 1);
       const res = await post().attach('file', big, 'big.wav').catch((e: { response?: request.Response }) => e.response!);
       expectError(res, 413, 'file_too_large');
+    });
+
+    it('413 file_too_large for a chunked upload with no Content-Length, counted while it streams', async () => {
+      const boundary = 'b0undary';
+      const res = await new Promise<{ status: number; body: { error: { code: string } } }>((resolve, reject) => {
+        const req = http.request(`${t.url}${SEGMENT_PATH}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' },
+        });
+        req.on('response', (r) => {
+          let text = '';
+          r.on('data', (d) => (text += d)).on('end', () => resolve({ status: r.statusCode!, body: JSON.parse(text) }));
+        });
+        // The server may close the connection once it has answered: only an error with no answer fails.
+        req.on('error', (err) => setTimeout(() => reject(err), 500));
+        req.write(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\nContent-Type: audio/wav\r\n\r\n`);
+        let sent = 0;
+        const more = () => {
+          // Up to 3 MiB in 64 KiB chunks; the server answers (and stops reading) past 1 MiB.
+          while (sent < 3 * 1024 * 1024) {
+            sent += 64 * 1024;
+            if (!req.write(Buffer.alloc(64 * 1024, 1))) return void req.once('drain', more);
+          }
+          req.end(`\r\n--${boundary}--\r\n`);
+        };
+        more();
+      });
+      expect(res.status).to.equal(413);
+      expect(res.body.error.code).to.equal('file_too_large');
+    });
+
+    it('400 invalid_multipart for a multipart body that cannot be parsed', async () => {
+      const res = await post()
+        .set('Content-Type', 'multipart/form-data; boundary=abc')
+        .send('--abc\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\ntruncated with no closing boundary');
+      expectError(res, 400, 'invalid_multipart');
+    });
+
+    it('uploads never touch the disk: no file appears in the temporary directory', async () => {
+      const before = new Set(fs.readdirSync(os.tmpdir()));
+      await post().attach('file', austenWav, 'a.wav').field('response_format', 'json').expect(200);
+      const added = fs.readdirSync(os.tmpdir()).filter((f) => !before.has(f));
+      // Other suites may create their own directories concurrently; formidable's files are hex names with no prefix.
+      expect(added.filter((f) => /^[0-9a-f]{20,}$/.test(f))).to.deep.equal([]);
     });
 
     it("400 audio_too_long beyond the plan's maxAudioSecondsPerRequest; requests count against maxRequestsPerMinute", async () => {
