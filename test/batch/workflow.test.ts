@@ -3,6 +3,8 @@
  * server: submit → steps → output, artifacts, review, webhook, resubmission.
  */
 import fs from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
@@ -11,6 +13,7 @@ import { ajv } from '../../api/http/validate.js';
 import { workflowStatusSchema } from '../../api/batch/schemas.js';
 import { tenantStore } from '../../shared/storage/index.js';
 import {
+  audioDir,
   buildRecording,
   createBatchTestApp,
   durationOf,
@@ -87,12 +90,18 @@ describe('batch: workflow end to end', function () {
     expect(sub.body.poll_endpoint).to.equal(`GET /v1/audio/transcriptions/jobs/${sub.body.workflow_id}`);
     workflowId = sub.body.workflow_id;
 
-    // Steps become visible while it runs.
-    const running = await waitFor(async () => {
-      const r = await poll(workflowId);
-      return r.body.steps.length > 0 ? r : undefined;
-    });
-    expect(['running', 'complete']).to.include(running.body.status);
+    // Steps become visible while it runs: a poll sees the job running with a step in progress and others done.
+    const running = await waitFor(
+      async () => {
+        const r = await poll(workflowId);
+        const st = (r.body.steps as { status: string }[]).map((x) => x.status);
+        return r.body.status === 'running' && st.includes('running') && st.includes('complete') ? r : undefined;
+      },
+      30_000,
+      25,
+    );
+    expect(running.body.output ?? null).to.equal(null);
+    expect(running.body.steps[0]).to.include({ name: 'probe', status: 'complete', attempts: 1 });
 
     const done = await waitDone(workflowId);
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
@@ -294,5 +303,69 @@ describe('batch: workflow end to end', function () {
     expect(row.audio_seconds).to.be.closeTo(duration, 0.05);
     const resubmitted = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: resubmittedId }).first();
     expect(resubmitted.audio_seconds).to.equal(0);
+  });
+});
+
+describe('batch: review through a remote OpenAI-compatible reviewer', function () {
+  this.timeout(120_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let reviewer: http.Server;
+  const calls: string[] = [];
+  const dir = tmpDir('batch-review-');
+
+  before(async () => {
+    fs.copyFileSync(path.join(audioDir, 'librivox-austen-0880.wav'), path.join(dir, 'a.wav'));
+    files = await startFileServer(dir);
+    // A stand-in for a hosted chat-completions API (a third party that cannot run here):
+    // stage one answers, stage two fails, so the workflow must fall back to the offline correction.
+    reviewer = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        const system = JSON.parse(body).messages[0].content as string;
+        const stage = system.includes('one chunk') ? 'annotate' : 'correct';
+        calls.push(stage);
+        if (stage === 'correct') {
+          res.statusCode = 500;
+          return void res.end('{"error":{"message":"overloaded"}}');
+        }
+        const issues = [{ text: 'norland', suggestion: 'Norland', why: 'place name' }];
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.stringify({ issues }) } }] }));
+      });
+    });
+    await new Promise<void>((r) => reviewer.listen(0, '127.0.0.1', r));
+    const port = (reviewer.address() as net.AddressInfo).port;
+    t = await createBatchTestApp({ REVIEW_API_URL: `http://127.0.0.1:${port}/v1`, REVIEW_MODEL: 'stand-in' }, { start: true });
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    reviewer?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('uses the reviewer where it answers and the offline stage where it fails; the job completes', async () => {
+    const { key } = await issueKey(t, { ownerId: 'tenant-review', plan: 'pro' });
+    const requestId = randomId();
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/a.wav`, request_id: requestId, review: true, metadata: { known_terms: ['Norland'] } });
+    expect(sub.status).to.equal(202);
+    const done = await waitFor(async () => {
+      const r = await request(t.server).get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`).set('authorization', `Bearer ${key}`);
+      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+    }, 90_000, 200);
+    expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+    expect(done.body.output.review.reviewer).to.deep.equal({ annotate: 'llm:stand-in', correct: 'offline' });
+    expect(calls).to.deep.equal(['annotate', 'correct']);
+    const annotated = await request(t.server).get(`/r2/transcription/${requestId}/review_chunk_0.json`).set('authorization', `Bearer ${key}`);
+    expect(annotated.body).to.include({ reviewer: 'llm:stand-in' });
+    expect(annotated.body.issues[0]).to.include({ suggestion: 'Norland' });
+    const reviewed = await request(t.server).get(`/r2/transcription/${requestId}/reviewed_result.json`).set('authorization', `Bearer ${key}`);
+    expect(reviewed.body.reviewer).to.deep.equal({ annotate: 'llm:stand-in', correct: 'offline' });
+    expect(reviewed.body.changes).to.be.an('array');
   });
 });
