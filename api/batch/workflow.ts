@@ -343,6 +343,7 @@ export class WorkflowRunner {
           ? [...ordered.map((c) => `${prefix}review_chunk_${c.index}.json`), `${prefix}reviewed_result.json`]
           : []),
       ];
+      await removeStaleArtifacts(store, prefix, new Set(artifacts), log);
       const startedAt = (await repo.get(row.id))?.started_at ?? new Date();
       return {
         workflow_id: row.id,
@@ -569,6 +570,20 @@ export class WorkflowRunner {
       changes: corrected.changes.length,
       reviewer: reviewed.reviewer,
     };
+  }
+}
+
+/**
+ * A resubmission of the same request_id may slice differently or drop
+ * review: artifacts an earlier run left that this run did not produce
+ * (chunk_7 of a finer slicing, review files) would mix two runs under one
+ * prefix. They are removed so the prefix holds exactly this run's table (2.5).
+ */
+async function removeStaleArtifacts(store: ArtifactStore, prefix: string, keep: Set<string>, log: Logger): Promise<void> {
+  const ours = /^(chunk_\d+|review_chunk_\d+|reviewed_result|result)\.json$/;
+  for (const key of await store.list(prefix)) {
+    if (keep.has(key) || !ours.test(key.slice(prefix.length))) continue;
+    await store.delete(key).catch((err) => log.warn({ err, key }, 'stale artifact not removed'));
   }
 }
 

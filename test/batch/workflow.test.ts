@@ -215,6 +215,10 @@ describe('batch: workflow end to end', function () {
     expect(done.body.status).to.equal('complete');
     expect(t.engineCalls.length).to.equal(before);
     expect(done.body.output.report).to.include({ chunks_reused: 3, chunks_transcribed: 0 });
+    // Without review this time: the first run's review files are gone, the prefix holds this run's table.
+    const stored = (await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)).sort();
+    expect(stored).to.deep.equal(['chunk_0', 'chunk_1', 'chunk_2', 'result'].map((k) => `transcription/${requestId}/${k}.json`));
+    expect(done.body.output.report.artifacts).to.have.members(stored);
     expect(done.body.output.result.segments.map((s: { text: string }) => s.text)).to.deep.equal(firstResult.segments.map((s) => s.text));
   });
 
