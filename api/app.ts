@@ -28,7 +28,11 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
     if (ctx.status === 405) {
       throw new ApiError(405, 'method_not_allowed', `Method ${ctx.method} is not allowed on ${ctx.path}.`);
     }
-    throw new ApiError(404, 'not_found', `Unknown ${isAdmin ? 'admin ' : ''}route ${ctx.method} ${ctx.path}.`);
+    throw new ApiError(
+      404,
+      'not_found',
+      `Unknown ${isAdmin ? 'admin ' : ''}route ${ctx.method} ${ctx.path}.`,
+    );
   });
   return app;
 }

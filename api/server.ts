@@ -21,7 +21,11 @@ export interface RunningApi {
   stop(): Promise<void>;
 }
 
-export async function startApi(config: Config, logger: Logger, opts: { deps?: AppDeps } = {}): Promise<RunningApi> {
+export async function startApi(
+  config: Config,
+  logger: Logger,
+  opts: { deps?: AppDeps } = {},
+): Promise<RunningApi> {
   const deps = opts.deps ?? createDeps(config, logger);
   if (config.migrateOnStart) {
     const applied = await migrateLatest(deps.db);

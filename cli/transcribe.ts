@@ -23,12 +23,33 @@ import cliProgress from 'cli-progress';
 import { transcribeCliConfig } from '../shared/config/speech.js';
 import { RESPONSE_FORMATS, isResponseFormat, type ResponseFormat } from '../shared/stt/formats.js';
 
-const AUDIO_EXTENSIONS = new Set(['.wav', '.mp3', '.ogg', '.oga', '.opus', '.flac', '.m4a', '.mp4', '.aac', '.webm', '.mka', '.wma']);
-const FILE_EXTENSION: Record<ResponseFormat, string> = { text: 'txt', json: 'json', verbose_json: 'json', srt: 'srt', vtt: 'vtt' };
+const AUDIO_EXTENSIONS = new Set([
+  '.wav',
+  '.mp3',
+  '.ogg',
+  '.oga',
+  '.opus',
+  '.flac',
+  '.m4a',
+  '.mp4',
+  '.aac',
+  '.webm',
+  '.mka',
+  '.wma',
+]);
+const FILE_EXTENSION: Record<ResponseFormat, string> = {
+  text: 'txt',
+  json: 'json',
+  verbose_json: 'json',
+  srt: 'srt',
+  vtt: 'vtt',
+};
 
 function usage(message?: string): never {
   if (message) process.stderr.write(`transcribe: ${message}\n`);
-  process.stderr.write('usage: npm run transcribe -- <file|folder>... [--url URL] [--key KEY] [--format text|json|verbose_json|srt|vtt] [--out DIR] [--language L] [--concurrency N]\n');
+  process.stderr.write(
+    'usage: npm run transcribe -- <file|folder>... [--url URL] [--key KEY] [--format text|json|verbose_json|srt|vtt] [--out DIR] [--language L] [--concurrency N]\n',
+  );
   process.exit(2);
 }
 
@@ -40,7 +61,8 @@ function listInputs(paths: string[]): string[] {
     if (stat.isDirectory()) {
       for (const name of fs.readdirSync(p).sort()) {
         const full = path.join(p, name);
-        if (AUDIO_EXTENSIONS.has(path.extname(name).toLowerCase()) && fs.statSync(full).isFile()) files.push(full);
+        if (AUDIO_EXTENSIONS.has(path.extname(name).toLowerCase()) && fs.statSync(full).isFile())
+          files.push(full);
       }
     } else files.push(p);
   }
@@ -73,9 +95,13 @@ async function transcribeFile(file: string, o: Options): Promise<string> {
       body: form,
     });
     const body = await res.text();
-    if (res.ok) return o.format === 'json' || o.format === 'verbose_json' ? `${JSON.stringify(JSON.parse(body), null, 2)}\n` : body;
+    if (res.ok)
+      return o.format === 'json' || o.format === 'verbose_json'
+        ? `${JSON.stringify(JSON.parse(body), null, 2)}\n`
+        : body;
     const retryAfter = Number(res.headers.get('retry-after') ?? 1);
-    const retryable = (res.status === 429 && attempt <= 5) || ((res.status === 502 || res.status === 503) && attempt <= 1);
+    const retryable =
+      (res.status === 429 && attempt <= 5) || ((res.status === 502 || res.status === 503) && attempt <= 1);
     if (!retryable) {
       let message = body;
       try {
@@ -129,7 +155,11 @@ async function main(): Promise<void> {
   };
 
   const bar = new cliProgress.SingleBar(
-    { format: 'transcribing [{bar}] {value}/{total} files | {file}', hideCursor: true, stream: process.stderr },
+    {
+      format: 'transcribing [{bar}] {value}/{total} files | {file}',
+      hideCursor: true,
+      stream: process.stderr,
+    },
     cliProgress.Presets.shades_classic,
   );
   bar.start(files.length, 0, { file: '' });
@@ -161,7 +191,8 @@ async function main(): Promise<void> {
   for (const file of files) {
     const out = texts.get(file);
     if (out === undefined) continue;
-    if (format === 'text' && !values.out) process.stdout.write(files.length > 1 ? `${file}: ${out}\n` : `${out}\n`);
+    if (format === 'text' && !values.out)
+      process.stdout.write(files.length > 1 ? `${file}: ${out}\n` : `${out}\n`);
     else process.stderr.write(`${file} -> ${out}\n`);
   }
   for (const f of failures) process.stderr.write(`failed: ${f}\n`);

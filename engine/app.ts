@@ -65,7 +65,15 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
       for (const [k, v] of Object.entries(err.headers)) ctx.set(k, v);
       ctx.body = { error: { message: err.message, type: errorType(err.status), code: err.code } };
     } finally {
-      logger.debug({ method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round(performance.now() - started) }, 'request');
+      logger.debug(
+        {
+          method: ctx.method,
+          path: ctx.path,
+          status: ctx.status,
+          ms: Math.round(performance.now() - started),
+        },
+        'request',
+      );
     }
   });
 
@@ -73,7 +81,9 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
     if (speech.engineServer.apiKey) {
       const m = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get('authorization'));
       if (!m || !safeEqual(m[1], speech.engineServer.apiKey)) {
-        throw new HttpError(401, 'invalid_api_key', 'Missing or wrong API key.', { 'WWW-Authenticate': 'Bearer' });
+        throw new HttpError(401, 'invalid_api_key', 'Missing or wrong API key.', {
+          'WWW-Authenticate': 'Bearer',
+        });
       }
     }
     await next();
@@ -93,7 +103,8 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
   });
 
   router.post('/v1/audio/transcriptions', requireKey, async (ctx) => {
-    if (!isMultipart(ctx)) throw new HttpError(400, 'invalid_content_type', 'The body must be multipart/form-data.');
+    if (!isMultipart(ctx))
+      throw new HttpError(400, 'invalid_content_type', 'The body must be multipart/form-data.');
     let upload;
     try {
       upload = await parseAudioUpload(ctx, speech.segment.maxUploadBytes);
@@ -104,11 +115,19 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
     if (!upload.file) throw new HttpError(400, 'missing_file', 'The multipart field "file" is required.');
     const format = upload.fields.response_format ?? 'json';
     if (!isResponseFormat(format)) {
-      throw new HttpError(400, 'invalid_response_format', `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`);
+      throw new HttpError(
+        400,
+        'invalid_response_format',
+        `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
+      );
     }
     const language = normalizeLanguage(upload.fields.language);
     if (language && !engine.languages().includes(language)) {
-      throw new HttpError(400, 'unsupported_language', `Language "${upload.fields.language}" is not supported (supported: ${engine.languages().join(', ')}).`);
+      throw new HttpError(
+        400,
+        'unsupported_language',
+        `Language "${upload.fields.language}" is not supported (supported: ${engine.languages().join(', ')}).`,
+      );
     }
     const aborter = new AbortController();
     // The response closing before it was written means the client went away.
@@ -122,20 +141,31 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
         signal: aborter.signal,
       });
     } catch (err) {
-      if (err instanceof AudioDecodeError && err.code === 'invalid_audio') throw new HttpError(400, 'invalid_audio', err.message);
+      if (err instanceof AudioDecodeError && err.code === 'invalid_audio')
+        throw new HttpError(400, 'invalid_audio', err.message);
       if (err instanceof AudioTooLongError) {
-        throw new HttpError(400, 'audio_too_long', `The clip is longer than this worker's ${speech.engineServer.maxAudioSeconds} s (ENGINE_MAX_AUDIO_SECONDS).`);
+        throw new HttpError(
+          400,
+          'audio_too_long',
+          `The clip is longer than this worker's ${speech.engineServer.maxAudioSeconds} s (ENGINE_MAX_AUDIO_SECONDS).`,
+        );
       }
       if (err instanceof AudioDecodeError) throw new HttpError(503, 'decoder_unavailable', err.message);
       throw err;
     }
     let result;
     try {
-      result = await engine.transcribe({ pcm, language, prompt: upload.fields.prompt, signal: aborter.signal });
+      result = await engine.transcribe({
+        pcm,
+        language,
+        prompt: upload.fields.prompt,
+        signal: aborter.signal,
+      });
     } catch (err) {
       if (err instanceof SpeechError) {
         if (err.code === 'unsupported_language') throw new HttpError(400, err.code, err.message);
-        if (err.code === 'engine_overloaded') throw new HttpError(503, err.code, err.message, { 'Retry-After': '1' });
+        if (err.code === 'engine_overloaded')
+          throw new HttpError(503, err.code, err.message, { 'Retry-After': '1' });
         throw new HttpError(500, 'transcription_failed', err.message);
       }
       throw err;
@@ -150,7 +180,8 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
   app.use(router.routes());
   app.use(router.allowedMethods());
   app.use(async (ctx) => {
-    if (ctx.body === undefined) throw new HttpError(404, 'not_found', `Unknown route ${ctx.method} ${ctx.path}.`);
+    if (ctx.body === undefined)
+      throw new HttpError(404, 'not_found', `Unknown route ${ctx.method} ${ctx.path}.`);
   });
   return app;
 }

@@ -19,7 +19,9 @@ async function main(): Promise<void> {
   const app = createEngineApp({ engine, speech: config.speech, logger });
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve) => server.listen(config.speech.engineServer.port, config.speech.engineServer.host, resolve));
+  await new Promise<void>((resolve) =>
+    server.listen(config.speech.engineServer.port, config.speech.engineServer.host, resolve),
+  );
   await engine.ready();
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.speech.engineServer.port;

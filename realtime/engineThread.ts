@@ -9,7 +9,15 @@ import { createLogger } from '../shared/logger.js';
 import { createSpeechEngine } from '../shared/stt/index.js';
 
 export type ToEngine =
-  | { t: 'tx'; id: number; pcm: Uint8Array; language?: string; prompt?: string; model?: string; workerId?: string }
+  | {
+      t: 'tx';
+      id: number;
+      pcm: Uint8Array;
+      language?: string;
+      prompt?: string;
+      model?: string;
+      workerId?: string;
+    }
   | { t: 'abort'; id: number }
   | { t: 'health'; id: number };
 
@@ -52,7 +60,11 @@ parentPort!.on('message', (m: ToEngine) => {
         parentPort!.postMessage({
           t: 'done',
           id: m.id,
-          error: { message: err.message, code: err.code ?? 'transcription_failed', retryable: err.retryable ?? true },
+          error: {
+            message: err.message,
+            code: err.code ?? 'transcription_failed',
+            retryable: err.retryable ?? true,
+          },
         } satisfies FromEngine),
     )
     .finally(() => aborts.delete(m.id));

@@ -35,7 +35,10 @@ export class UsageMeter {
         return;
       } catch (err) {
         if (attempt >= RETRY_DELAYS_MS.length) {
-          this.logger.error({ err, sessionId: refId, keyId, audioSeconds }, 'realtime usage could not be recorded');
+          this.logger.error(
+            { err, sessionId: refId, keyId, audioSeconds },
+            'realtime usage could not be recorded',
+          );
           return;
         }
         await new Promise((r) => setTimeout(r, RETRY_DELAYS_MS[attempt]));

@@ -90,7 +90,8 @@ export function applySessionUpdate(
       continue;
     }
     if (value === null || value === undefined) {
-      if (spec.kind === 'string' && spec.key !== 'language') (next as unknown as Record<string, unknown>)[spec.key] = undefined;
+      if (spec.kind === 'string' && spec.key !== 'language')
+        (next as unknown as Record<string, unknown>)[spec.key] = undefined;
       continue;
     }
     if (spec.kind === 'string' && typeof value !== 'string') return bad(name, 'must be a string');
@@ -111,7 +112,8 @@ export function applySessionUpdate(
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;
   }
-  if (next.maxSpeechMs > caps.maxSpeechMsCap) return bad('vadMaxSpeechMs', `must be <= ${caps.maxSpeechMsCap}`);
+  if (next.maxSpeechMs > caps.maxSpeechMsCap)
+    return bad('vadMaxSpeechMs', `must be <= ${caps.maxSpeechMsCap}`);
   if (next.targetSpeechMs > next.maxSpeechMs) next.targetSpeechMs = next.maxSpeechMs;
   if (next.smartSplitWindowMs >= next.maxSpeechMs) {
     return bad('vadSmartSplitWindowMs', 'must be smaller than vadMaxSpeechMs');

@@ -44,11 +44,15 @@ export function attachRealtimeProxy(server: http.Server, opts: RealtimeProxyOpti
     const upstream = net.connect({ host, port: opts.port });
     upstream.setNoDelay(true);
     (socket as net.Socket).setNoDelay?.(true);
-    const timer = setTimeout(() => upstream.destroy(new Error('connect timeout')), opts.connectTimeoutMs ?? 5000);
+    const timer = setTimeout(
+      () => upstream.destroy(new Error('connect timeout')),
+      opts.connectTimeoutMs ?? 5000,
+    );
     upstream.once('connect', () => {
       clearTimeout(timer);
       const lines = [`${req.method} ${req.url} HTTP/1.1`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      for (let i = 0; i < req.rawHeaders.length; i += 2)
+        lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
       upstream.write(lines.join('\r\n') + '\r\n\r\n');
       if (head.length > 0) upstream.write(head);
       // A refused upgrade (401, 429, 503...) is a plain HTTP answer: pass it on and close, so
@@ -67,7 +71,12 @@ export function attachRealtimeProxy(server: http.Server, opts: RealtimeProxyOpti
     upstream.once('error', () => {
       clearTimeout(timer);
       if (!socket.destroyed && (socket as net.Socket).bytesWritten === 0) {
-        refuse(socket, '503 Service Unavailable', 'upstream_unavailable', 'The realtime tier is not reachable.');
+        refuse(
+          socket,
+          '503 Service Unavailable',
+          'upstream_unavailable',
+          'The realtime tier is not reachable.',
+        );
       } else {
         socket.destroy();
       }

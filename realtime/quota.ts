@@ -13,8 +13,7 @@ import type { PlanLimits } from '../shared/plans.js';
 export const CONNECTION_SCOPE = 'realtime_connections';
 
 export type QuotaDecision =
-  | { ok: true }
-  | { ok: false; status: 429 | 503; code: string; message: string; retryAfterSeconds: number };
+  { ok: true } | { ok: false; status: 429 | 503; code: string; message: string; retryAfterSeconds: number };
 
 interface Held {
   owner: string;
@@ -69,7 +68,13 @@ export class ConnectionQuota {
       }
     } catch (err) {
       this.logger.warn({ err }, 'limits store unavailable during realtime admission');
-      return { ok: false, status: 503, code: 'limits_unavailable', message: 'Quota store unavailable; retry shortly.', retryAfterSeconds: 1 };
+      return {
+        ok: false,
+        status: 503,
+        code: 'limits_unavailable',
+        message: 'Quota store unavailable; retry shortly.',
+        retryAfterSeconds: 1,
+      };
     }
     this.held.set(leaseId, { owner, max: limits.maxConcurrentConnections });
     return { ok: true };
@@ -95,7 +100,13 @@ export class ConnectionQuota {
           const ok = await this.limits.renewLease(CONNECTION_SCOPE, h.owner, leaseId, this.opts.leaseTtlMs);
           if (!ok && this.held.has(leaseId)) {
             // Expired meanwhile (store outage): take the slot back if it is still free.
-            await this.limits.acquireLease({ scope: CONNECTION_SCOPE, owner: h.owner, leaseId, max: h.max, ttlMs: this.opts.leaseTtlMs });
+            await this.limits.acquireLease({
+              scope: CONNECTION_SCOPE,
+              owner: h.owner,
+              leaseId,
+              max: h.max,
+              ttlMs: this.opts.leaseTtlMs,
+            });
           }
         } catch (err) {
           this.logger.debug({ err }, 'lease renewal failed');

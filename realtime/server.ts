@@ -91,7 +91,12 @@ const STATUS_TEXT: Record<number, string> = {
   503: '503 Service Unavailable',
 };
 
-function writeJson(res: HttpResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+function writeJson(
+  res: HttpResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   res.writeStatus(STATUS_TEXT[status] ?? `${status} Error`);
   res.writeHeader('content-type', 'application/json');
   for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
@@ -110,9 +115,7 @@ export async function startRealtime(
   const breaker = new CircuitBreaker(rt.breaker);
   const quota = new ConnectionQuota(deps.limits, rt, log);
   const meter = new UsageMeter(deps.db, log);
-  const vad =
-    opts.vad ??
-    (await createVadService(rt.vad.threads, rt.vad));
+  const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
   let stopping = false;
 
@@ -125,7 +128,8 @@ export async function startRealtime(
     vad,
     logger: log,
     now: () => performance.now(),
-    onCompleted: (latencyMs: number, engineMs: number) => overhead.record(Math.max(1, Math.round((latencyMs - engineMs) * 1000))),
+    onCompleted: (latencyMs: number, engineMs: number) =>
+      overhead.record(Math.max(1, Math.round((latencyMs - engineMs) * 1000))),
   };
 
   vad.onFailure?.((err) => {
@@ -162,12 +166,18 @@ export async function startRealtime(
       res.onAborted(() => {
         aborted = true;
       });
-      const refuse = (status: number, code: string, message: string, headers: Record<string, string> = {}) => {
+      const refuse = (
+        status: number,
+        code: string,
+        message: string,
+        headers: Record<string, string> = {},
+      ) => {
         if (aborted) return;
         res.cork(() => writeJson(res, status, errorBody(code, message), headers));
       };
 
-      if (stopping || !rt.enabled) return refuse(503, 'gateway_disabled', 'The realtime gateway is disabled.');
+      if (stopping || !rt.enabled)
+        return refuse(503, 'gateway_disabled', 'The realtime gateway is disabled.');
       if (breaker.isOpen) {
         const retry = Math.max(1, Math.ceil(breaker.retryAfterMs() / 1000));
         return refuse(503, 'upstream_unavailable', 'The speech upstream is unavailable; retry later.', {
@@ -231,10 +241,16 @@ export async function startRealtime(
           ws.cork(() => ws.end(code, reason));
         },
       };
-      const session = new RealtimeSession(data.principal, data.remainingWindowSeconds, transport, sessionDeps, {
-        sessionId: data.sessionId,
-        requestId: data.requestId,
-      });
+      const session = new RealtimeSession(
+        data.principal,
+        data.remainingWindowSeconds,
+        transport,
+        sessionDeps,
+        {
+          sessionId: data.sessionId,
+          requestId: data.requestId,
+        },
+      );
       data.session = session;
       sessions.add(session);
       session.onEnded = (s) => {
@@ -242,7 +258,13 @@ export async function startRealtime(
         void quota.release(s.sessionId);
         meter.record(s.keyId, s.sessionId, s.audioSeconds);
         log.info(
-          { sessionId: s.sessionId, keyId: s.keyId, audioSeconds: s.audioSeconds, code: s.closeCode, reason: s.closeReason },
+          {
+            sessionId: s.sessionId,
+            keyId: s.keyId,
+            audioSeconds: s.audioSeconds,
+            code: s.closeCode,
+            reason: s.closeReason,
+          },
           'realtime session ended',
         );
       };
@@ -288,9 +310,18 @@ export async function startRealtime(
           deps.engine.healthy().catch(() => false),
           deps.limits.ping().catch(() => false),
         ]);
-        const checks = { enabled: rt.enabled && !stopping, upstream, breaker: breaker.state, limits: limitsOk };
+        const checks = {
+          enabled: rt.enabled && !stopping,
+          upstream,
+          breaker: breaker.state,
+          limits: limitsOk,
+        };
         const ok = checks.enabled && upstream && breaker.state !== 'open' && limitsOk;
-        readyCache = { at: Date.now(), ok, body: { ok, service: 'realtime', checks, sessions: sessions.size } };
+        readyCache = {
+          at: Date.now(),
+          ok,
+          body: { ok, service: 'realtime', checks, sessions: sessions.size },
+        };
       }
       if (!aborted) res.cork(() => writeJson(res, readyCache!.ok ? 200 : 503, readyCache!.body));
     })();
@@ -309,7 +340,11 @@ export async function startRealtime(
       leases: quota.size,
       vad: vad.stats(),
       breaker: breaker.state,
-      eventLoopLagMs: { p50: ms(loopDelay.percentile(50)), p99: ms(loopDelay.percentile(99)), max: ms(loopDelay.max) },
+      eventLoopLagMs: {
+        p50: ms(loopDelay.percentile(50)),
+        p99: ms(loopDelay.percentile(99)),
+        max: ms(loopDelay.max),
+      },
       gatewayOverheadMs: {
         n: overhead.count,
         p50: overhead.count ? overhead.percentile(50) / 1000 : 0,
@@ -333,7 +368,11 @@ export async function startRealtime(
 
   const host = opts.host ?? rt.host;
   const listenSocket = await new Promise<us_listen_socket>((resolve, reject) => {
-    app.listen(host, opts.port ?? rt.port, (sock) => (sock ? resolve(sock) : reject(new Error(`realtime could not listen on ${host}:${opts.port ?? rt.port}`))));
+    app.listen(host, opts.port ?? rt.port, (sock) =>
+      sock
+        ? resolve(sock)
+        : reject(new Error(`realtime could not listen on ${host}:${opts.port ?? rt.port}`)),
+    );
   });
   const port = uWS.us_socket_local_port(listenSocket as never);
   log.info({ port, host, vad: vad.stats().mode }, 'realtime listening');

@@ -179,7 +179,10 @@ export class RealtimeSession {
     if (this.state !== 'open') return;
     if (data.byteLength > this.deps.config.maxFrameBytes) return this.frameTooLarge(data.byteLength);
     if (data.byteLength % 2 !== 0) {
-      return this.error('invalid_audio', 'Audio frames must hold whole 16-bit samples (an even number of bytes).');
+      return this.error(
+        'invalid_audio',
+        'Audio frames must hold whole 16-bit samples (an even number of bytes).',
+      );
     }
     this.audio(Buffer.from(data));
   }
@@ -196,7 +199,8 @@ export class RealtimeSession {
       return this.error('invalid_json', 'Text frames must be JSON objects.');
     }
     const m = msg as Record<string, unknown>;
-    if (typeof m.type !== 'string' || m.type === '') return this.error('missing_type', 'Messages must carry a "type".');
+    if (typeof m.type !== 'string' || m.type === '')
+      return this.error('missing_type', 'Messages must carry a "type".');
     switch (m.type) {
       case 'session.update':
         return this.update(m);
@@ -243,7 +247,10 @@ export class RealtimeSession {
   }
 
   private frameTooLarge(size: number): void {
-    this.error('audio_frame_too_large', `Audio frame of ${size} bytes exceeds ${this.deps.config.maxFrameBytes} bytes.`);
+    this.error(
+      'audio_frame_too_large',
+      `Audio frame of ${size} bytes exceeds ${this.deps.config.maxFrameBytes} bytes.`,
+    );
     this.end('frameTooLarge');
   }
 
@@ -381,7 +388,13 @@ export class RealtimeSession {
           if (p.timedOut || (!abort.signal.aborted && e.retryable !== false)) this.deps.breaker.failure();
           if (!this.settle(p)) return;
           this.deps.logger.warn({ err, sessionId: this.sessionId, index }, 'utterance transcription failed');
-          this.failUtterance(index, base, stoppedAt, e.code ?? 'transcription_failed', e.message ?? 'transcription failed');
+          this.failUtterance(
+            index,
+            base,
+            stoppedAt,
+            e.code ?? 'transcription_failed',
+            e.message ?? 'transcription failed',
+          );
           if (this.deps.breaker.isOpen && this.state === 'open') this.end('upstreamUnavailable');
         },
       )
@@ -395,7 +408,13 @@ export class RealtimeSession {
     upstreamCode: string,
     message: string,
   ): void {
-    this.emit({ type: 'error', code: 'transcription_failed', message, utterance_index: index, upstream_code: upstreamCode });
+    this.emit({
+      type: 'error',
+      code: 'transcription_failed',
+      message,
+      utterance_index: index,
+      upstream_code: upstreamCode,
+    });
     this.emit({
       ...base,
       text: '',
@@ -408,7 +427,8 @@ export class RealtimeSession {
   private settle(p: Pending): boolean {
     if (!this.pending.delete(p.index)) return false;
     this.inFlightBytes -= p.bytes;
-    if (this.state === 'draining' && this.pending.size === 0 && this.flushing === 0) queueMicrotask(() => this.finalClose());
+    if (this.state === 'draining' && this.pending.size === 0 && this.flushing === 0)
+      queueMicrotask(() => this.finalClose());
     return this.state !== 'closed';
   }
 
@@ -420,7 +440,10 @@ export class RealtimeSession {
   private emit(ev: Record<string, unknown>): void {
     if (this.state === 'closed' && !this.closeWritable) return;
     this.transport.send(JSON.stringify(ev));
-    if (this.state !== 'closed' && this.transport.bufferedAmount() > this.deps.config.clientBackpressureBytes) {
+    if (
+      this.state !== 'closed' &&
+      this.transport.bufferedAmount() > this.deps.config.clientBackpressureBytes
+    ) {
       this.end('clientBackpressure');
     }
   }

@@ -8,7 +8,12 @@ import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from '../shared/stt/types.js';
+import {
+  SpeechError,
+  type SpeechEngine,
+  type TranscribeRequest,
+  type TranscribeResult,
+} from '../shared/stt/types.js';
 import type { FromEngine, ToEngine } from './engineThread.js';
 
 const RUNNING_TS = import.meta.url.endsWith('.ts');
@@ -78,7 +83,15 @@ export class ThreadedEngine implements SpeechEngine {
     const pcm = new Uint8Array(req.pcm.length);
     pcm.set(req.pcm);
     const p = this.call<TranscribeResult>(
-      { t: 'tx', id, pcm, language: req.language, prompt: req.prompt, model: req.model, workerId: req.workerId },
+      {
+        t: 'tx',
+        id,
+        pcm,
+        language: req.language,
+        prompt: req.prompt,
+        model: req.model,
+        workerId: req.workerId,
+      },
       [pcm.buffer],
     );
     if (req.signal) {

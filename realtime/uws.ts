@@ -25,7 +25,8 @@ export class NativeUwsUnavailable extends Error {
 export function isNativeUws(mod: unknown, cache: Record<string, { exports?: unknown } | undefined>): boolean {
   if (!mod || typeof (mod as { App?: unknown }).App !== 'function') return false;
   const native = Object.entries(cache).some(
-    ([file, rec]) => file.endsWith('.node') && /uWebSockets\.js|uws-js-unofficial/.test(file) && rec?.exports === mod,
+    ([file, rec]) =>
+      file.endsWith('.node') && /uWebSockets\.js|uws-js-unofficial/.test(file) && rec?.exports === mod,
   );
   const appSource = Function.prototype.toString.call((mod as { App: unknown }).App);
   return native && appSource.includes('[native code]');

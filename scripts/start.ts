@@ -30,7 +30,12 @@ env.GATEWAY_SESSION_TOKEN_SECRET ||= secrets.sessionTokenSecret;
 let pg: RunningPostgres | undefined;
 if (!env.DATABASE_URL) {
   try {
-    pg = await runEmbeddedPostgres(base.dataDir, base.embedded.pgPort, secrets.postgresPassword, base.logLevel);
+    pg = await runEmbeddedPostgres(
+      base.dataDir,
+      base.embedded.pgPort,
+      secrets.postgresPassword,
+      base.logLevel,
+    );
   } catch (err) {
     logger.fatal({ err }, 'could not start the embedded Postgres');
     process.stderr.write(`\n  Could not start the embedded Postgres: ${(err as Error).message}\n\n`);

@@ -82,10 +82,23 @@ function jsonString(s: string): string {
 export function accessLogWriter(logger: Logger): AccessLogWriter | undefined {
   if (!logger.isLevelEnabled('info')) return undefined;
   const fallback: AccessLogWriter = (reqId, method, path, status, ms, keyId, sample) =>
-    logger.info({ reqId, method, path, status, ms, keyId, sample: sample !== undefined && sample < 1 ? sample : undefined }, 'request');
+    logger.info(
+      {
+        reqId,
+        method,
+        path,
+        status,
+        ms,
+        keyId,
+        sample: sample !== undefined && sample < 1 ? sample : undefined,
+      },
+      'request',
+    );
   const l = logger as unknown as Record<symbol, unknown>;
   const sym = pino.symbols as unknown as Record<string, symbol>;
-  const prefix = (l[pino.symbols.lsCacheSym] as Record<number, string> | undefined)?.[logger.levels.values.info];
+  const prefix = (l[pino.symbols.lsCacheSym] as Record<number, string> | undefined)?.[
+    logger.levels.values.info
+  ];
   const time = l[pino.symbols.timeSym];
   const bindings = l[pino.symbols.chindingsSym];
   const end = l[pino.symbols.endSym];

@@ -26,15 +26,27 @@ export async function fetchAudio(
   const started = Date.now();
   const sink = createWriteStream(file);
   try {
-    const res = await client.request(url, { maxBytes: opts.maxBytes, timeoutMs: opts.timeoutMs, sink, signal: opts.signal });
+    const res = await client.request(url, {
+      maxBytes: opts.maxBytes,
+      timeoutMs: opts.timeoutMs,
+      sink,
+      signal: opts.signal,
+    });
     sink.end();
     await finished(sink);
     if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
       throw new PermanentError('AudioFetchError', `Fetching audio_url answered HTTP ${res.status}.`);
     }
-    if (res.status < 200 || res.status >= 300) throw new Error(`Fetching audio_url answered HTTP ${res.status}.`);
+    if (res.status < 200 || res.status >= 300)
+      throw new Error(`Fetching audio_url answered HTTP ${res.status}.`);
     if (res.bytes === 0) throw new PermanentError('AudioFetchError', 'audio_url returned an empty body.');
-    return { file, bytes: res.bytes, contentType: res.headers['content-type'], finalUrl: res.url, ms: Date.now() - started };
+    return {
+      file,
+      bytes: res.bytes,
+      contentType: res.headers['content-type'],
+      finalUrl: res.url,
+      ms: Date.now() - started,
+    };
   } catch (err) {
     sink.destroy();
     if (err instanceof OutboundError && err.code !== 'network_error' && err.code !== 'timeout') {
@@ -54,10 +66,28 @@ export function decodeToPcmFile(
     const ff = spawn(
       opts.ffmpegPath,
       [
-        '-hide_banner', '-nostdin', '-nostats', '-loglevel', 'error', '-y',
-        '-i', input, '-vn', '-sn', '-dn',
-        '-t', String(Math.ceil(opts.maxSeconds) + 1),
-        '-ac', '1', '-ar', '16000', '-acodec', 'pcm_s16le', '-f', 's16le', output,
+        '-hide_banner',
+        '-nostdin',
+        '-nostats',
+        '-loglevel',
+        'error',
+        '-y',
+        '-i',
+        input,
+        '-vn',
+        '-sn',
+        '-dn',
+        '-t',
+        String(Math.ceil(opts.maxSeconds) + 1),
+        '-ac',
+        '1',
+        '-ar',
+        '16000',
+        '-acodec',
+        'pcm_s16le',
+        '-f',
+        's16le',
+        output,
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
@@ -77,7 +107,12 @@ export function decodeToPcmFile(
       opts.signal?.removeEventListener('abort', onAbort);
       if (code === 0) return resolve();
       if (signal) return reject(new Error(`ffmpeg was stopped (${signal}).`));
-      reject(new PermanentError('AudioDecodeError', `The audio could not be decoded: ${stderr.trim().split('\n').pop() ?? 'unknown error'}`));
+      reject(
+        new PermanentError(
+          'AudioDecodeError',
+          `The audio could not be decoded: ${stderr.trim().split('\n').pop() ?? 'unknown error'}`,
+        ),
+      );
     });
   });
 }

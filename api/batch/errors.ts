@@ -1,9 +1,6 @@
 /** A failure that retrying cannot fix (bad URL, refused address, audio too long, undecodable). */
 export class PermanentError extends Error {
-  constructor(
-    name: string,
-    message: string,
-  ) {
+  constructor(name: string, message: string) {
     super(message);
     this.name = name;
   }

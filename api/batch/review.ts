@@ -171,7 +171,11 @@ export function annotateChunkOffline(
   lowConfidence: number,
 ): ChunkReview {
   const terms = prepareTerms(metadata);
-  const words: Word[] = chunk.words.map((w) => ({ ...w, start: chunk.start + w.start, end: chunk.start + w.end }));
+  const words: Word[] = chunk.words.map((w) => ({
+    ...w,
+    start: chunk.start + w.start,
+    end: chunk.start + w.end,
+  }));
   const issues: ReviewIssue[] = [];
   const claimed = new Set<number>();
   // Terms already transcribed right are left alone (and never part of a near-miss n-gram).
@@ -179,7 +183,8 @@ export function annotateChunkOffline(
   for (const term of terms) {
     const n = term.words.length;
     for (let i = 0; i + n <= words.length; i++) {
-      if (term.words.every((tw, k) => normWords[i + k] === tw)) for (let k = 0; k < n; k++) claimed.add(i + k);
+      if (term.words.every((tw, k) => normWords[i + k] === tw))
+        for (let k = 0; k < n; k++) claimed.add(i + k);
     }
   }
   const correct = new Set(claimed);
@@ -217,7 +222,13 @@ export function annotateChunkOffline(
     });
   });
   issues.sort((a, b) => a.start_time - b.start_time);
-  return { chunk_index: chunk.index, start_time: chunk.start, end_time: chunk.end, reviewer: 'offline', issues };
+  return {
+    chunk_index: chunk.index,
+    start_time: chunk.start,
+    end_time: chunk.end,
+    reviewer: 'offline',
+    issues,
+  };
 }
 
 // ---------- stage two: correct ----------
@@ -242,7 +253,10 @@ function strongEnough(issue: ReviewIssue): boolean {
   return norm(issue.suggestion ?? '').length >= 6 && (issue.phonetic_match === true || d <= 1);
 }
 
-export function correctOffline(result: BatchResult, reviews: ChunkReview[]): { result: BatchResult; changes: ChangeEntry[] } {
+export function correctOffline(
+  result: BatchResult,
+  reviews: ChunkReview[],
+): { result: BatchResult; changes: ChangeEntry[] } {
   // One decision per wrong form for the whole transcript: the closest suggestion wins.
   const decisions = new Map<string, { after: string; why: string; distance: number }>();
   for (const r of reviews) {
@@ -251,7 +265,8 @@ export function correctOffline(result: BatchResult, reviews: ChunkReview[]): { r
       const form = issue.text.toLowerCase();
       const prev = decisions.get(form);
       const distance = issue.distance ?? 0;
-      if (!prev || distance < prev.distance) decisions.set(form, { after: issue.suggestion, why: issue.why, distance });
+      if (!prev || distance < prev.distance)
+        decisions.set(form, { after: issue.suggestion, why: issue.why, distance });
     }
   }
   const changes: ChangeEntry[] = [];
@@ -316,11 +331,18 @@ export class RemoteReviewer {
     return JSON.parse(json) as Record<string, unknown>;
   }
 
-  async annotate(chunk: ChunkCheckpoint, metadata: Record<string, unknown> | undefined): Promise<ChunkReview> {
+  async annotate(
+    chunk: ChunkCheckpoint,
+    metadata: Record<string, unknown> | undefined,
+  ): Promise<ChunkReview> {
     const out = await this.chat(
       'You review one chunk of an automatic speech transcript. List likely recognition errors. ' +
         'Answer with JSON {"issues":[{"text": words as transcribed, "suggestion": corrected words or null, "why": short reason}]}.',
-      { metadata: metadata ?? {}, text: chunk.text, words: chunk.words.map((w) => [w.word, round(w.confidence)]) },
+      {
+        metadata: metadata ?? {},
+        text: chunk.text,
+        words: chunk.words.map((w) => [w.word, round(w.confidence)]),
+      },
     );
     const issues = Array.isArray(out.issues) ? (out.issues as Record<string, unknown>[]) : [];
     return {
@@ -350,7 +372,11 @@ export class RemoteReviewer {
       'You correct an automatic speech transcript as a whole, consistently (the same error is fixed the same way everywhere). ' +
         'Only fix recognition errors; keep segment ids. Answer with JSON {"segments":[{"id":number,"text":string}],' +
         '"changes":[{"segment_id":number,"before":string,"after":string,"why":string}]}.',
-      { metadata: metadata ?? {}, annotations: reviews.flatMap((r) => r.issues), segments: result.segments.map((s) => ({ id: s.id, text: s.text })) },
+      {
+        metadata: metadata ?? {},
+        annotations: reviews.flatMap((r) => r.issues),
+        segments: result.segments.map((s) => ({ id: s.id, text: s.text })),
+      },
     );
     const byId = new Map<number, string>();
     for (const s of Array.isArray(out.segments) ? (out.segments as { id?: unknown; text?: unknown }[]) : []) {

@@ -19,29 +19,42 @@ export const jobRequestSchema = {
       maxLength: 4096,
       pattern: '^[hH][tT][tT][pP][sS]?://',
       format: 'uri',
-      description: 'Public http(s) URL of the audio. Fetched once, temporarily; loopback and private addresses are refused.',
+      description:
+        'Public http(s) URL of the audio. Fetched once, temporarily; loopback and private addresses are refused.',
     },
     request_id: {
       type: 'string',
       pattern: REQUEST_ID_PATTERN,
-      description: 'Idempotency key (default: random UUID). Letters, digits and `._:-`, up to 128 characters. Resubmitting resumes from stored checkpoints.',
+      description:
+        'Idempotency key (default: random UUID). Letters, digits and `._:-`, up to 128 characters. Resubmitting resumes from stored checkpoints.',
     },
     language: { type: 'string', minLength: 1, maxLength: 16, description: 'Language hint, e.g. `en`.' },
     model: { type: 'string', minLength: 1, maxLength: 200, description: 'STT model override.' },
     prompt: { type: 'string', maxLength: 2000, description: 'Transcription context hint.' },
-    segment_seconds: { type: 'number', exclusiveMinimum: 0, default: 300, description: 'Target slice length in seconds (> 0).' },
+    segment_seconds: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      default: 300,
+      description: 'Target slice length in seconds (> 0).',
+    },
     response_format: {
       type: 'string',
       default: 'verbose_json',
       description: 'Per-chunk format; the workflow always uses `verbose_json` per chunk.',
     },
-    concurrency: { type: 'number', exclusiveMinimum: 0, default: 6, description: 'Chunks transcribed at once (> 0).' },
+    concurrency: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      default: 6,
+      description: 'Chunks transcribed at once (> 0).',
+    },
     webhook_url: {
       type: 'string',
       maxLength: 4096,
       pattern: '^[hH][tT][tT][pP][sS]?://',
       format: 'uri',
-      description: 'Receives the result (raw and reviewed) by a signed POST on completion (see docs/webhooks.md).',
+      description:
+        'Receives the result (raw and reviewed) by a signed POST on completion (see docs/webhooks.md).',
     },
     review: { type: 'boolean', default: false, description: 'Run the two-stage review.' },
     metadata: {
@@ -109,7 +122,10 @@ export const stepSchema = {
   type: 'object',
   required: ['name', 'status', 'started_at', 'ended_at', 'attempts'],
   properties: {
-    name: { type: 'string', description: '`probe`, `slice`, `transcribe_chunk_{i}`, `aggregate`, `review`, `report`, `webhook`' },
+    name: {
+      type: 'string',
+      description: '`probe`, `slice`, `transcribe_chunk_{i}`, `aggregate`, `review`, `report`, `webhook`',
+    },
     status: { type: 'string', enum: ['queued', 'running', 'complete', 'errored', 'skipped', 'waiting'] },
     started_at: { type: ['string', 'null'], format: 'date-time' },
     ended_at: { type: ['string', 'null'], format: 'date-time' },

@@ -58,7 +58,9 @@ export function energyEnvelope(pcm: Buffer): Float32Array {
  * sits in memory); also the sha256 of the samples, which ties checkpoints to
  * the audio they were made from.
  */
-export async function energyEnvelopeOfFile(file: string): Promise<{ envelope: Float32Array; samples: number; sha256: string }> {
+export async function energyEnvelopeOfFile(
+  file: string,
+): Promise<{ envelope: Float32Array; samples: number; sha256: string }> {
   const hash = createHash('sha256');
   const values: number[] = [];
   let sum = 0;
@@ -187,7 +189,8 @@ export function splitUtterances(envelope: Float32Array, duration: number, opts: 
     const quiet = f < envelope.length && envelope[f] < threshold;
     if (quiet && runStart < 0) runStart = f;
     if (!quiet && runStart >= 0) {
-      if (f - runStart >= minPause && runStart > 0 && f < envelope.length) cuts.push(((runStart + f) / 2) * FRAME_SECONDS);
+      if (f - runStart >= minPause && runStart > 0 && f < envelope.length)
+        cuts.push(((runStart + f) / 2) * FRAME_SECONDS);
       runStart = -1;
     }
   }
@@ -202,7 +205,10 @@ export function splitUtterances(envelope: Float32Array, duration: number, opts: 
     for (let f = fa; f < fb && !loud; f++) loud = envelope[f] >= threshold;
     if (!loud) continue;
     if (b - a > opts.maxUtteranceSeconds) {
-      const sub = planSlices(envelope.subarray(fa, fb), b - a, { segmentSeconds: opts.maxUtteranceSeconds, maxSearchSeconds: opts.maxUtteranceSeconds / 4 });
+      const sub = planSlices(envelope.subarray(fa, fb), b - a, {
+        segmentSeconds: opts.maxUtteranceSeconds,
+        maxSearchSeconds: opts.maxUtteranceSeconds / 4,
+      });
       for (const s of sub.slices) out.push({ index: out.length, start: a + s.start, end: a + s.end });
     } else {
       out.push({ index: out.length, start: a, end: b });

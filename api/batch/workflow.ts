@@ -579,7 +579,12 @@ export class WorkflowRunner {
  * (chunk_7 of a finer slicing, review files) would mix two runs under one
  * prefix. They are removed so the prefix holds exactly this run's table (2.5).
  */
-async function removeStaleArtifacts(store: ArtifactStore, prefix: string, keep: Set<string>, log: Logger): Promise<void> {
+async function removeStaleArtifacts(
+  store: ArtifactStore,
+  prefix: string,
+  keep: Set<string>,
+  log: Logger,
+): Promise<void> {
   const ours = /^(chunk_\d+|review_chunk_\d+|reviewed_result|result)\.json$/;
   for (const key of await store.list(prefix)) {
     if (keep.has(key) || !ours.test(key.slice(prefix.length))) continue;

@@ -11,7 +11,8 @@ import { ApiError } from './errors.js';
 export function authError(f: AuthFailure): ApiError {
   return new ApiError(f.status, f.code, f.message, {
     retryable: f.status === 503,
-    headers: f.status === 401 ? { 'WWW-Authenticate': 'Bearer' } : f.status === 503 ? { 'Retry-After': '2' } : {},
+    headers:
+      f.status === 401 ? { 'WWW-Authenticate': 'Bearer' } : f.status === 503 ? { 'Retry-After': '2' } : {},
   });
 }
 
@@ -40,7 +41,8 @@ export function requireApiKey(auth: Authenticator): Middleware {
   return (ctx, next) => {
     const header = ctx.req.headers.authorization;
     const socket = (ctx.req.socket ?? {}) as unknown as KeyedSocket;
-    let hash = header !== undefined && socket[LAST_KEY]?.header === header ? socket[LAST_KEY].hash : undefined;
+    let hash =
+      header !== undefined && socket[LAST_KEY]?.header === header ? socket[LAST_KEY].hash : undefined;
     if (hash === undefined) {
       const { token, failure } = Authenticator.bearer(header);
       if (failure) throw authError(failure);

@@ -30,7 +30,11 @@ export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}
       return next();
     }
     if (!ctx.is('application/json', '+json')) {
-      throw new ApiError(400, 'invalid_json', 'The request body must be JSON (Content-Type: application/json).');
+      throw new ApiError(
+        400,
+        'invalid_json',
+        'The request body must be JSON (Content-Type: application/json).',
+      );
     }
     await parse(ctx, async () => {});
     const body = ctx.request.body;

@@ -79,13 +79,21 @@ export function isStoreUnavailable(err: unknown): boolean {
   if (e.code && UNAVAILABLE_CODES.has(e.code)) return true;
   if (e.name === 'KnexTimeoutError') return true;
   if (Array.isArray(e.errors) && e.errors.some(isStoreUnavailable)) return true;
-  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(e.message ?? '');
+  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(
+    e.message ?? '',
+  );
 }
 
 /** Translates errors thrown by body parsers and the like into ApiErrors. */
 export function toApiError(err: unknown, plane: Plane): ApiError {
   if (err instanceof ApiError) return err;
-  const e = err as { status?: number; statusCode?: number; type?: string; message?: string; expose?: boolean };
+  const e = err as {
+    status?: number;
+    statusCode?: number;
+    type?: string;
+    message?: string;
+    expose?: boolean;
+  };
   const status = e?.status ?? e?.statusCode;
   if (status === 413 || e?.type === 'entity.too.large') {
     return new ApiError(413, 'payload_too_large', 'The request body is too large.');
@@ -97,9 +105,14 @@ export function toApiError(err: unknown, plane: Plane): ApiError {
     return new ApiError(status, 'invalid_request', e.message ?? 'Bad request.');
   }
   if (isStoreUnavailable(err)) {
-    return new ApiError(plane === 'admin' ? 500 : 503, 'store_unavailable', 'The data store is unavailable; try again shortly.', {
-      retryable: true,
-    });
+    return new ApiError(
+      plane === 'admin' ? 500 : 503,
+      'store_unavailable',
+      'The data store is unavailable; try again shortly.',
+      {
+        retryable: true,
+      },
+    );
   }
   return new ApiError(500, 'internal_error', 'An internal error occurred.', { retryable: true });
 }

@@ -81,7 +81,9 @@ function buildIndex(r: RouterInternals, router: Router): Map<string, Map<string,
 export function indexedRoutes(router: Router): string[] {
   const r = internals(router);
   if (!r) return [];
-  return [...buildIndex(r, router)].flatMap(([method, byPath]) => [...byPath.keys()].map((p) => `${method} ${p}`));
+  return [...buildIndex(r, router)].flatMap(([method, byPath]) =>
+    [...byPath.keys()].map((p) => `${method} ${p}`),
+  );
 }
 
 /**

@@ -13,7 +13,9 @@ const addFormats = ((addFormatsModule as unknown as { default?: unknown }).defau
   a: Ajv,
 ) => Ajv;
 
-export const ajv = addFormats(new Ajv({ allErrors: false, useDefaults: true, strict: false, coerceTypes: false }));
+export const ajv = addFormats(
+  new Ajv({ allErrors: false, useDefaults: true, strict: false, coerceTypes: false }),
+);
 
 const compiled = new WeakMap<object, ValidateFunction>();
 

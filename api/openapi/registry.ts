@@ -87,7 +87,11 @@ export class OpenApiRegistry {
       components: {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'API key `sk-…` issued by the operator.' },
-          adminToken: { type: 'http', scheme: 'bearer', description: 'Operator token (GATEWAY_ADMIN_TOKEN).' },
+          adminToken: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'Operator token (GATEWAY_ADMIN_TOKEN).',
+          },
         },
         schemas: Object.fromEntries(this.schemas),
       },

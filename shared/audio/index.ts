@@ -60,7 +60,8 @@ export function pcmToWav(pcm: Buffer): Buffer {
  * when the input is anything else (then ffmpeg converts it).
  */
 export function canonicalWavSamples(buf: Buffer): Buffer | undefined {
-  if (buf.length < 12 || buf.toString('latin1', 0, 4) !== 'RIFF' || buf.toString('latin1', 8, 12) !== 'WAVE') return undefined;
+  if (buf.length < 12 || buf.toString('latin1', 0, 4) !== 'RIFF' || buf.toString('latin1', 8, 12) !== 'WAVE')
+    return undefined;
   let pos = 12;
   let fmtOk = false;
   while (pos + 8 <= buf.length) {
@@ -111,11 +112,31 @@ export class AudioTooLongError extends Error {
 
 /** Decodes a stream of any format ffmpeg reads through stdin/stdout pipes. */
 export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise<Buffer> {
-  const maxBytes = opts.maxSeconds === undefined ? Infinity : Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2;
+  const maxBytes =
+    opts.maxSeconds === undefined ? Infinity : Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2;
   return new Promise<Buffer>((resolve, reject) => {
     const ff = spawn(
       opts.ffmpegPath ?? 'ffmpeg',
-      ['-hide_banner', '-nostats', '-loglevel', 'error', '-i', 'pipe:0', '-vn', '-sn', '-dn', '-ac', '1', '-ar', String(PCM_SAMPLE_RATE), '-acodec', 'pcm_s16le', '-f', 's16le', 'pipe:1'],
+      [
+        '-hide_banner',
+        '-nostats',
+        '-loglevel',
+        'error',
+        '-i',
+        'pipe:0',
+        '-vn',
+        '-sn',
+        '-dn',
+        '-ac',
+        '1',
+        '-ar',
+        String(PCM_SAMPLE_RATE),
+        '-acodec',
+        'pcm_s16le',
+        '-f',
+        's16le',
+        'pipe:1',
+      ],
       { stdio: ['pipe', 'pipe', 'pipe'] },
     );
     const chunks: Buffer[] = [];
@@ -136,10 +157,15 @@ export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise
     const onAbort = () => finish(new AudioDecodeError('Decoding was aborted.', 'decoder_unavailable'));
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     const timer = setTimeout(
-      () => finish(new AudioDecodeError(`Decoding took longer than ${opts.timeoutMs} ms.`, 'decoder_unavailable')),
+      () =>
+        finish(
+          new AudioDecodeError(`Decoding took longer than ${opts.timeoutMs} ms.`, 'decoder_unavailable'),
+        ),
       opts.timeoutMs ?? 30_000,
     );
-    ff.on('error', (err) => finish(new AudioDecodeError(`ffmpeg could not be started: ${err.message}`, 'decoder_unavailable')));
+    ff.on('error', (err) =>
+      finish(new AudioDecodeError(`ffmpeg could not be started: ${err.message}`, 'decoder_unavailable')),
+    );
     // ffmpeg may stop reading early (bad input); a broken stdin pipe is expected then.
     ff.stdin.on('error', () => {});
     input.on('error', (err) => finish(new AudioDecodeError(`Reading the upload failed: ${err.message}`)));
@@ -157,7 +183,11 @@ export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise
         finish(undefined, pcm.length % 2 ? pcm.subarray(0, pcm.length - 1) : pcm);
       } else {
         const detail = stderr.trim().split('\n').pop() ?? '';
-        finish(new AudioDecodeError(`The file could not be decoded as audio${detail ? ` (${detail.slice(0, 200)})` : ''}.`));
+        finish(
+          new AudioDecodeError(
+            `The file could not be decoded as audio${detail ? ` (${detail.slice(0, 200)})` : ''}.`,
+          ),
+        );
       }
     });
     input.pipe(ff.stdin);

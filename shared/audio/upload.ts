@@ -64,9 +64,17 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
     onError: (err) => {
       const e = err as { code?: number; httpCode?: number; message?: string };
       if (e.code === 1009 || e.code === 1016 || e.httpCode === 413) {
-        failure = new UploadError(413, 'file_too_large', `The upload exceeds the limit of ${maxFileBytes} bytes.`);
+        failure = new UploadError(
+          413,
+          'file_too_large',
+          `The upload exceeds the limit of ${maxFileBytes} bytes.`,
+        );
       } else {
-        failure = new UploadError(400, 'invalid_multipart', `The multipart body could not be read: ${e.message ?? 'malformed'}.`);
+        failure = new UploadError(
+          400,
+          'invalid_multipart',
+          `The multipart body could not be read: ${e.message ?? 'malformed'}.`,
+        );
       }
       throw failure;
     },
@@ -84,7 +92,8 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
   }
   const files = (ctx.request.files ?? {}) as Record<string, unknown>;
   const raw = files.file;
-  const part = (Array.isArray(raw) ? raw[0] : raw) as { originalFilename?: string; mimetype?: string } | undefined;
+  const part = (Array.isArray(raw) ? raw[0] : raw) as
+    { originalFilename?: string; mimetype?: string } | undefined;
   if (!part) return { fields };
   return {
     fields,

@@ -174,7 +174,9 @@ export class Authenticator {
 
   /** Authenticates either credential: an `sk-` key or an `rt_` session token. */
   async authenticate(credential: string): Promise<AuthResult> {
-    return credential.startsWith('rt_') ? this.authenticateSessionToken(credential) : this.authenticateApiKey(credential);
+    return credential.startsWith('rt_')
+      ? this.authenticateSessionToken(credential)
+      : this.authenticateApiKey(credential);
   }
 
   issueSessionToken(principal: Principal): { token: string; expires_in: number } | AuthFailure {
@@ -187,7 +189,10 @@ export class Authenticator {
   /** Forget a key at once on this instance (others follow within the cache TTL). */
   invalidate(row: Pick<KeyRow, 'id' | 'key_hash'>): void {
     this.generation++;
-    for (const [cache, k] of [[this.byHash, row.key_hash], [this.byId, row.id]] as const) {
+    for (const [cache, k] of [
+      [this.byHash, row.key_hash],
+      [this.byId, row.id],
+    ] as const) {
       cache.entries.delete(k);
       cache.loading.delete(k); // a lookup already running may predate the revocation
     }
@@ -218,13 +223,20 @@ export class Authenticator {
     if (status === 'expired') return authFailure('expired_api_key');
     this.lastUsed.set(row.id, Date.now());
     const plan = this.plans.has(row.plan) ? row.plan : 'free';
-    return { ok: true, principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via } };
+    return {
+      ok: true,
+      principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via },
+    };
   }
 
   private readonly findByHash = async (hash: string) => (await this.store.findByHash(hash)) ?? null;
   private readonly findById = async (id: string) => (await this.store.get(id)) ?? null;
 
-  private async cached(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): Promise<KeyRow | null> {
+  private async cached(
+    cache: Cache,
+    k: string,
+    load: (k: string) => Promise<KeyRow | null>,
+  ): Promise<KeyRow | null> {
     const hit = this.fresh(cache, k, load);
     return hit ? hit.row : this.lookUp(cache, k, load);
   }
@@ -235,19 +247,29 @@ export class Authenticator {
    * do not all wait for the query when it expires; an entry is still never
    * used past the TTL, which is what bounds how long a revocation takes.
    */
-  private fresh(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): CacheEntry | undefined {
+  private fresh(
+    cache: Cache,
+    k: string,
+    load: (k: string) => Promise<KeyRow | null>,
+  ): CacheEntry | undefined {
     const hit = cache.entries.get(k);
     if (!hit) return undefined;
     const age = Date.now() - hit.at;
     if (age >= this.opts.keyCacheTtlMs) return undefined;
     if (age >= this.opts.keyCacheTtlMs * 0.8 && !cache.loading.has(k)) {
-      this.lookUp(cache, k, load).catch((err: unknown) => this.logger?.debug({ err }, 'background key lookup failed'));
+      this.lookUp(cache, k, load).catch((err: unknown) =>
+        this.logger?.debug({ err }, 'background key lookup failed'),
+      );
     }
     return hit;
   }
 
   /** One query per key at a time; its row replaces the cache entry unless a revocation came in meanwhile. */
-  private lookUp(cache: Cache, k: string, load: (k: string) => Promise<KeyRow | null>): Promise<KeyRow | null> {
+  private lookUp(
+    cache: Cache,
+    k: string,
+    load: (k: string) => Promise<KeyRow | null>,
+  ): Promise<KeyRow | null> {
     const pending = cache.loading.get(k);
     if (pending) return pending;
     // The entry's age counts from when the query started: a revocation committed after that is seen at the next lookup.

@@ -39,7 +39,10 @@ export interface KeyRecord {
   limits: PlanLimits;
 }
 
-export function effectiveStatus(row: Pick<KeyRow, 'status' | 'revoked_at' | 'expires_at'>, now = Date.now()): KeyStatus {
+export function effectiveStatus(
+  row: Pick<KeyRow, 'status' | 'revoked_at' | 'expires_at'>,
+  now = Date.now(),
+): KeyStatus {
   if (row.status === 'revoked' || row.revoked_at) return 'revoked';
   if (row.expires_at && row.expires_at.getTime() <= now) return 'expired';
   return 'active';
@@ -71,7 +74,12 @@ export class KeyStore {
     };
   }
 
-  async issue(input: { ownerId: string; plan: string; label?: string; expiresAt?: Date }): Promise<KeyRecord> {
+  async issue(input: {
+    ownerId: string;
+    plan: string;
+    label?: string;
+    expiresAt?: Date;
+  }): Promise<KeyRecord> {
     const key = generateApiKey();
     const [row] = await this.db<KeyRow>('api_keys')
       .insert({
@@ -90,7 +98,9 @@ export class KeyStore {
   }
 
   async list(filter: { ownerId?: string; limit?: number } = {}): Promise<KeyRecord[]> {
-    const q = this.db<KeyRow>('api_keys').orderBy('created_at', 'desc').limit(filter.limit ?? 1000);
+    const q = this.db<KeyRow>('api_keys')
+      .orderBy('created_at', 'desc')
+      .limit(filter.limit ?? 1000);
     if (filter.ownerId !== undefined) q.where('owner_id', filter.ownerId);
     return (await q).map((r) => this.present(r as KeyRow));
   }
@@ -107,7 +117,10 @@ export class KeyStore {
   async revoke(id: string): Promise<KeyRow | undefined> {
     const [row] = await this.db<KeyRow>('api_keys')
       .where('id', id)
-      .update({ status: 'revoked', revoked_at: this.db.raw('coalesce(revoked_at, now())') as unknown as Date })
+      .update({
+        status: 'revoked',
+        revoked_at: this.db.raw('coalesce(revoked_at, now())') as unknown as Date,
+      })
       .returning('*');
     return row as KeyRow | undefined;
   }

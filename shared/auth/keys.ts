@@ -33,7 +33,12 @@ export function hashApiKey(key: string): string {
 }
 
 export function looksLikeApiKey(key: string): boolean {
-  return key.startsWith(KEY_PREFIX) && key.length >= MIN_KEY_LENGTH && key.length <= 256 && /^[\x21-\x7e]+$/.test(key);
+  return (
+    key.startsWith(KEY_PREFIX) &&
+    key.length >= MIN_KEY_LENGTH &&
+    key.length <= 256 &&
+    /^[\x21-\x7e]+$/.test(key)
+  );
 }
 
 export function keyPrefixOf(key: string): string {

@@ -66,7 +66,11 @@ export function issueSessionToken(
 }
 
 /** Returns the claims of a valid, unexpired token, or null. */
-export function verifySessionToken(secret: string, token: string, nowMs = Date.now()): SessionTokenClaims | null {
+export function verifySessionToken(
+  secret: string,
+  token: string,
+  nowMs = Date.now(),
+): SessionTokenClaims | null {
   if (!token.startsWith(SESSION_TOKEN_PREFIX) || token.length > 1024) return null;
   const body = token.slice(SESSION_TOKEN_PREFIX.length);
   const dot = body.indexOf('.');

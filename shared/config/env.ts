@@ -19,7 +19,8 @@ export function int(env: Env, name: string, fallback: number, min = Number.MIN_S
   const v = env[name];
   if (v === undefined || v === '') return fallback;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new ConfigError(`${name} must be an integer >= ${min}, got "${v}"`);
+  if (!Number.isInteger(n) || n < min)
+    throw new ConfigError(`${name} must be an integer >= ${min}, got "${v}"`);
   return n;
 }
 

@@ -109,11 +109,7 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     },
     vad: {
       threads: int(env, 'REALTIME_VAD_THREADS', Math.max(1, os.availableParallelism() - 1), 0),
-      modelPath: str(
-        env,
-        'REALTIME_VAD_MODEL',
-        sileroModelPath(),
-      ),
+      modelPath: str(env, 'REALTIME_VAD_MODEL', sileroModelPath()),
       gateDbfs: num(env, 'REALTIME_VAD_GATE_DBFS', -50),
       poolWarm: int(env, 'REALTIME_VAD_POOL_WARM', 2, 0),
       poolMax: int(env, 'REALTIME_VAD_POOL_MAX', 512, 0),

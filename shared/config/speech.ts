@@ -106,8 +106,10 @@ export const POCKETSPHINX_MODEL_DIR = '/usr/share/pocketsphinx/model/en-us';
 export function speechConfig(env: Env): SpeechConfig {
   const workers = parseWorkers(list(env, 'STT_WORKER_URLS'));
   const engine = str(env, 'STT_ENGINE', workers.length > 0 ? 'remote' : 'builtin');
-  if (engine !== 'builtin' && engine !== 'remote') throw new ConfigError(`STT_ENGINE must be builtin or remote, got "${engine}"`);
-  if (engine === 'remote' && workers.length === 0) throw new ConfigError('STT_ENGINE=remote needs STT_WORKER_URLS');
+  if (engine !== 'builtin' && engine !== 'remote')
+    throw new ConfigError(`STT_ENGINE must be builtin or remote, got "${engine}"`);
+  if (engine === 'remote' && workers.length === 0)
+    throw new ConfigError('STT_ENGINE=remote needs STT_WORKER_URLS');
   const modelDir = str(env, 'POCKETSPHINX_MODEL_DIR', POCKETSPHINX_MODEL_DIR);
   const attemptTimeoutMs = int(env, 'STT_ATTEMPT_TIMEOUT_MS', 800, 1);
   const maxAttempts = int(env, 'STT_MAX_ATTEMPTS', 2, 1);

@@ -1,4 +1,9 @@
-import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import {
+  RateLimiterMemory,
+  RateLimiterRedis,
+  RateLimiterRes,
+  type RateLimiterAbstract,
+} from 'rate-limiter-flexible';
 import type { Redis } from 'ioredis';
 import type { RateBucket, RateDecision } from './types.js';
 
@@ -137,7 +142,8 @@ export class RateLimiters {
       // The first request of a window learns what is left before reserving more than one point.
       const target = this.nextSize(r, cap, now);
       const size = r && now < r.until ? Math.max(1, Math.min(target, r.remaining)) : 1;
-      const entry: Reservation = r && now < r.until ? r : { tokens: 0, until: 0, remaining: 0, size: r?.size };
+      const entry: Reservation =
+        r && now < r.until ? r : { tokens: 0, until: 0, remaining: 0, size: r?.size };
       let decision!: RateDecision & { points?: number; windowMs?: number };
       entry.pending = (async () => {
         decision = await this.take(bucket, owner, perMinute, size);
@@ -160,7 +166,12 @@ export class RateLimiters {
         entry.pending = undefined;
       }
       if (byOwner.size > 100_000) evictExpired(byOwner);
-      return { allowed: decision.allowed, retryAfterMs: decision.retryAfterMs, remaining: decision.remaining + entry.tokens, limit: perMinute };
+      return {
+        allowed: decision.allowed,
+        retryAfterMs: decision.retryAfterMs,
+        remaining: decision.remaining + entry.tokens,
+        limit: perMinute,
+      };
     }
   }
 
@@ -172,10 +183,22 @@ export class RateLimiters {
   ): Promise<RateDecision & { points?: number; windowMs?: number }> {
     try {
       const res = await this.limiter(bucket, perMinute).consume(owner, points);
-      return { allowed: true, retryAfterMs: 0, remaining: res.remainingPoints, limit: perMinute, points, windowMs: res.msBeforeNext };
+      return {
+        allowed: true,
+        retryAfterMs: 0,
+        remaining: res.remainingPoints,
+        limit: perMinute,
+        points,
+        windowMs: res.msBeforeNext,
+      };
     } catch (rej) {
       if (rej instanceof RateLimiterRes) {
-        return { allowed: false, retryAfterMs: Math.max(1, rej.msBeforeNext), remaining: 0, limit: perMinute };
+        return {
+          allowed: false,
+          retryAfterMs: Math.max(1, rej.msBeforeNext),
+          remaining: 0,
+          limit: perMinute,
+        };
       }
       throw rej;
     }

@@ -49,7 +49,12 @@ export class RedisLimits implements LimitsDriver {
 
   static connect(url: string, prefix = 'stt:'): RedisLimits {
     // Auto-pipelining batches the commands of concurrent requests into one write per tick.
-    const redis = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: true, connectTimeout: 2000, enableAutoPipelining: true });
+    const redis = new Redis(url, {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: true,
+      connectTimeout: 2000,
+      enableAutoPipelining: true,
+    });
     // Connection errors are reported by the commands that fail; avoid unhandled 'error' events.
     redis.on('error', () => {});
     return new RedisLimits(redis, prefix, true);
@@ -68,7 +73,14 @@ export class RedisLimits implements LimitsDriver {
   }
 
   async acquireLease(req: LeaseRequest): Promise<boolean> {
-    const r = await this.redis.eval(ACQUIRE, 1, this.leaseKey(req.scope, req.owner), req.leaseId, req.max, req.ttlMs);
+    const r = await this.redis.eval(
+      ACQUIRE,
+      1,
+      this.leaseKey(req.scope, req.owner),
+      req.leaseId,
+      req.max,
+      req.ttlMs,
+    );
     return r === 1;
   }
 
@@ -86,7 +98,10 @@ export class RedisLimits implements LimitsDriver {
 
   async ping(): Promise<boolean> {
     try {
-      const pong = await Promise.race([this.redis.ping(), new Promise((r) => setTimeout(r, 1000, 'timeout').unref())]);
+      const pong = await Promise.race([
+        this.redis.ping(),
+        new Promise((r) => setTimeout(r, 1000, 'timeout').unref()),
+      ]);
       return pong === 'PONG';
     } catch {
       return false;

@@ -64,7 +64,10 @@ const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 export class OutboundClient {
   readonly policy: AddressPolicy;
 
-  constructor(allow: string[] = [], private readonly defaults: { maxRedirects?: number; connectTimeoutMs?: number } = {}) {
+  constructor(
+    allow: string[] = [],
+    private readonly defaults: { maxRedirects?: number; connectTimeoutMs?: number } = {},
+  ) {
     this.policy = new AddressPolicy(allow);
   }
 
@@ -79,7 +82,8 @@ export class OutboundClient {
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
       throw new OutboundError('invalid_url', 'Only http and https URLs are allowed.');
     }
-    if (url.username || url.password) throw new OutboundError('invalid_url', 'URLs with credentials are not allowed.');
+    if (url.username || url.password)
+      throw new OutboundError('invalid_url', 'URLs with credentials are not allowed.');
     return url;
   }
 
@@ -91,7 +95,10 @@ export class OutboundClient {
         const list = addresses as dns.LookupAddress[];
         const ok = list.filter((a) => this.policy.addressAllowed(a.address, host));
         if (ok.length === 0) {
-          const e = new OutboundError('blocked_destination', `Destination ${host} resolves to a non-public address.`);
+          const e = new OutboundError(
+            'blocked_destination',
+            `Destination ${host} resolves to a non-public address.`,
+          );
           return callback(e);
         }
         if (options.all) callback(null, ok);
@@ -108,7 +115,8 @@ export class OutboundClient {
     for (let hop = 0; ; hop++) {
       const res = await this.once(url, method, opts, deadline, maxRedirects > 0);
       if (res.location !== undefined) {
-        if (hop >= maxRedirects) throw new OutboundError('too_many_redirects', `More than ${maxRedirects} redirects.`);
+        if (hop >= maxRedirects)
+          throw new OutboundError('too_many_redirects', `More than ${maxRedirects} redirects.`);
         url = OutboundClient.parseUrl(new URL(res.location, url).toString());
         continue;
       }
@@ -126,7 +134,9 @@ export class OutboundClient {
     const host = url.hostname;
     const bareHost = host.startsWith('[') ? host.slice(1, -1) : host;
     if (isIpLiteral(bareHost) && !this.policy.addressAllowed(bareHost, host)) {
-      return Promise.reject(new OutboundError('blocked_destination', `Destination ${host} is not a public address.`));
+      return Promise.reject(
+        new OutboundError('blocked_destination', `Destination ${host} is not a public address.`),
+      );
     }
     const remaining = deadline - Date.now();
     if (remaining <= 0) return Promise.reject(new OutboundError('timeout', 'The request timed out.'));
@@ -165,7 +175,12 @@ export class OutboundClient {
           remoteAddress = socket.remoteAddress;
           // Second line of defence: the address really connected to.
           if (remoteAddress && !this.policy.addressAllowed(remoteAddress, host)) {
-            fail(new OutboundError('blocked_destination', `Destination ${host} connected to a non-public address.`));
+            fail(
+              new OutboundError(
+                'blocked_destination',
+                `Destination ${host} connected to a non-public address.`,
+              ),
+            );
           }
         });
       });
@@ -174,7 +189,12 @@ export class OutboundClient {
         if (err instanceof OutboundError) return fail(err);
         const cause = (err as { cause?: unknown }).cause;
         if (cause instanceof OutboundError) return fail(cause);
-        fail(new OutboundError('network_error', `Request failed: ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+        fail(
+          new OutboundError(
+            'network_error',
+            `Request failed: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
+          ),
+        );
       });
       req.on('response', (res) => {
         const status = res.statusCode ?? 0;
@@ -196,7 +216,8 @@ export class OutboundClient {
         res.on('data', (chunk: Buffer) => {
           if (settled) return;
           bytes += chunk.length;
-          if (bytes > maxBytes) return fail(new OutboundError('too_large', `The response is larger than ${maxBytes} bytes.`));
+          if (bytes > maxBytes)
+            return fail(new OutboundError('too_large', `The response is larger than ${maxBytes} bytes.`));
           if (opts.sink) {
             if (!opts.sink.write(chunk)) {
               res.pause();
@@ -214,7 +235,14 @@ export class OutboundClient {
           opts.signal?.removeEventListener('abort', onAbort);
           resolve({
             status,
-            response: { status, headers: res.headers, body: Buffer.concat(chunks), bytes, url: url.toString(), remoteAddress },
+            response: {
+              status,
+              headers: res.headers,
+              body: Buffer.concat(chunks),
+              bytes,
+              url: url.toString(),
+              remoteAddress,
+            },
           });
         });
       });

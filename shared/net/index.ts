@@ -1,2 +1,8 @@
 export { AddressPolicy, isPublicAddress, isIpLiteral } from './address.js';
-export { OutboundClient, OutboundError, type OutboundErrorCode, type OutboundOptions, type OutboundResponse } from './fetch.js';
+export {
+  OutboundClient,
+  OutboundError,
+  type OutboundErrorCode,
+  type OutboundOptions,
+  type OutboundResponse,
+} from './fetch.js';

@@ -8,7 +8,10 @@ export class FsArtifactStore implements ArtifactStore {
   readonly kind = 'fs' as const;
   private readonly root: string;
 
-  constructor(root: string, private readonly prefix = '') {
+  constructor(
+    root: string,
+    private readonly prefix = '',
+  ) {
     this.root = path.resolve(root);
   }
 
@@ -16,7 +19,8 @@ export class FsArtifactStore implements ArtifactStore {
     assertSafeKey(this.prefix + key, opts);
     const full = path.resolve(this.root, this.prefix + key);
     // Belt and braces: the resolved path must stay below the root.
-    if (full !== this.root && !full.startsWith(this.root + path.sep)) throw new InvalidKeyError('Key escapes the store.');
+    if (full !== this.root && !full.startsWith(this.root + path.sep))
+      throw new InvalidKeyError('Key escapes the store.');
     return full;
   }
 
@@ -42,7 +46,11 @@ export class FsArtifactStore implements ArtifactStore {
     try {
       return JSON.parse(await fsp.readFile(this.file(key), 'utf8')) as T;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'EISDIR') return null;
+      if (
+        (err as NodeJS.ErrnoException).code === 'ENOENT' ||
+        (err as NodeJS.ErrnoException).code === 'EISDIR'
+      )
+        return null;
       throw err;
     }
   }
@@ -57,7 +65,9 @@ export class FsArtifactStore implements ArtifactStore {
 
   async list(prefix: string): Promise<string[]> {
     const dir = prefix.endsWith('/') ? prefix : prefix.slice(0, prefix.lastIndexOf('/') + 1);
-    const base = dir ? this.file(dir, { allowTrailingSlash: true }) : path.resolve(this.root, this.prefix || '.');
+    const base = dir
+      ? this.file(dir, { allowTrailingSlash: true })
+      : path.resolve(this.root, this.prefix || '.');
     const out: string[] = [];
     const walk = async (d: string, rel: string): Promise<void> => {
       let entries;

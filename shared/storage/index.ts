@@ -15,7 +15,9 @@ export { FsArtifactStore } from './fs.js';
 export { S3ArtifactStore } from './s3.js';
 
 export function createArtifactStore(cfg: ArtifactStoreConfig): ArtifactStore {
-  return cfg.driver === 's3' ? new S3ArtifactStore(cfg.s3, cfg.prefix) : new FsArtifactStore(cfg.dir, cfg.prefix);
+  return cfg.driver === 's3'
+    ? new S3ArtifactStore(cfg.s3, cfg.prefix)
+    : new FsArtifactStore(cfg.dir, cfg.prefix);
 }
 
 /** A view of a store below a fixed prefix; keys given to it cannot leave the prefix. */

@@ -14,7 +14,12 @@ import { type ArtifactStore, assertSafeKey } from './types.js';
 
 function isNotFound(err: unknown): boolean {
   const e = err as { name?: string; $metadata?: { httpStatusCode?: number } };
-  return e?.name === 'NoSuchKey' || e?.name === 'NotFound' || e?.name === 'NoSuchBucket' || e?.$metadata?.httpStatusCode === 404;
+  return (
+    e?.name === 'NoSuchKey' ||
+    e?.name === 'NotFound' ||
+    e?.name === 'NoSuchBucket' ||
+    e?.$metadata?.httpStatusCode === 404
+  );
 }
 
 export class S3ArtifactStore implements ArtifactStore {
@@ -22,15 +27,24 @@ export class S3ArtifactStore implements ArtifactStore {
   private readonly client: S3Client;
   private readonly bucket: string;
 
-  constructor(cfg: ArtifactStoreConfig['s3'], private readonly prefix = '') {
+  constructor(
+    cfg: ArtifactStoreConfig['s3'],
+    private readonly prefix = '',
+  ) {
     this.bucket = cfg.bucket;
     this.client = new S3Client({
       region: cfg.region,
       endpoint: cfg.endpoint,
       forcePathStyle: cfg.forcePathStyle,
-      requestHandler: { connectionTimeout: cfg.connectTimeoutMs, requestTimeout: cfg.requestTimeoutMs, throwOnRequestTimeout: true },
+      requestHandler: {
+        connectionTimeout: cfg.connectTimeoutMs,
+        requestTimeout: cfg.requestTimeoutMs,
+        throwOnRequestTimeout: true,
+      },
       credentials:
-        cfg.accessKeyId && cfg.secretAccessKey ? { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey } : undefined,
+        cfg.accessKeyId && cfg.secretAccessKey
+          ? { accessKeyId: cfg.accessKeyId, secretAccessKey: cfg.secretAccessKey }
+          : undefined,
     });
   }
 

@@ -30,12 +30,14 @@ const SEGMENT = /^[A-Za-z0-9._:@=+-]+$/;
  * `.`/`..` segments.
  */
 export function assertSafeKey(key: string, { allowTrailingSlash = false } = {}): string {
-  if (typeof key !== 'string' || key.length === 0 || key.length > 1024) throw new InvalidKeyError('Key is empty or too long.');
+  if (typeof key !== 'string' || key.length === 0 || key.length > 1024)
+    throw new InvalidKeyError('Key is empty or too long.');
   if (key.startsWith('/')) throw new InvalidKeyError('Key must be relative.');
   const parts = key.split('/');
   if (allowTrailingSlash && parts[parts.length - 1] === '') parts.pop();
   for (const p of parts) {
-    if (p === '' || p === '.' || p === '..' || !SEGMENT.test(p)) throw new InvalidKeyError(`Key segment "${p}" is not allowed.`);
+    if (p === '' || p === '.' || p === '..' || !SEGMENT.test(p))
+      throw new InvalidKeyError(`Key segment "${p}" is not allowed.`);
   }
   return key;
 }

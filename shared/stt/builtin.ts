@@ -137,48 +137,61 @@ export class BuiltinEngine implements SpeechEngine {
     const seconds = req.pcm.length / 2 / SAMPLE_RATE;
     if (req.pcm.length < 2) {
       // Nothing to decode: an empty clip is a valid, empty transcript.
-      return { ...buildTranscript([], seconds, 'en'), workerId: 'builtin-0', fallbackUsed: false, engineMs: 0 };
+      return {
+        ...buildTranscript([], seconds, 'en'),
+        workerId: 'builtin-0',
+        fallbackUsed: false,
+        engineMs: 0,
+      };
     }
     if (this.queue.length >= this.cfg.maxQueue && !this.threads.some((t) => t.ready && !t.job)) {
       throw new SpeechError('All decoders are busy; try again shortly.', 'engine_overloaded');
     }
     const decodeTimeoutMs = this.cfg.timeoutBaseMs + this.cfg.timeoutPerAudioSecondMs * seconds;
     const abort = new SharedArrayBuffer(4);
-    const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number; thread: number }>((resolve, reject) => {
-      const job: Job = { id: this.nextId++, pcm: req.pcm, pinned, abort, resolve, reject };
-      const giveUp = (err: Error) => {
-        Atomics.store(new Int32Array(abort), 0, 1);
-        const i = this.queue.indexOf(job);
-        if (i >= 0) this.queue.splice(i, 1);
-        reject(err);
-      };
-      let timer = setTimeout(
-        () => giveUp(new SpeechError(`No decoder became free within ${this.cfg.queueTimeoutMs} ms.`, 'timeout')),
-        this.cfg.queueTimeoutMs,
-      );
-      job.started = () => {
-        clearTimeout(timer);
-        timer = setTimeout(
-          () => giveUp(new SpeechError(`Decoding took longer than ${Math.round(decodeTimeoutMs)} ms.`, 'timeout')),
-          decodeTimeoutMs,
+    const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number; thread: number }>(
+      (resolve, reject) => {
+        const job: Job = { id: this.nextId++, pcm: req.pcm, pinned, abort, resolve, reject };
+        const giveUp = (err: Error) => {
+          Atomics.store(new Int32Array(abort), 0, 1);
+          const i = this.queue.indexOf(job);
+          if (i >= 0) this.queue.splice(i, 1);
+          reject(err);
+        };
+        let timer = setTimeout(
+          () =>
+            giveUp(
+              new SpeechError(`No decoder became free within ${this.cfg.queueTimeoutMs} ms.`, 'timeout'),
+            ),
+          this.cfg.queueTimeoutMs,
         );
-      };
-      const onAbort = () => giveUp(new SpeechError('The request was aborted.', 'aborted', false));
-      req.signal?.addEventListener('abort', onAbort, { once: true });
-      job.resolve = (r) => {
-        clearTimeout(timer);
-        req.signal?.removeEventListener('abort', onAbort);
-        resolve(r);
-      };
-      job.reject = (e) => {
-        clearTimeout(timer);
-        req.signal?.removeEventListener('abort', onAbort);
-        reject(e);
-      };
-      if (req.signal?.aborted) return onAbort();
-      this.queue.push(job);
-      this.pump();
-    });
+        job.started = () => {
+          clearTimeout(timer);
+          timer = setTimeout(
+            () =>
+              giveUp(
+                new SpeechError(`Decoding took longer than ${Math.round(decodeTimeoutMs)} ms.`, 'timeout'),
+              ),
+            decodeTimeoutMs,
+          );
+        };
+        const onAbort = () => giveUp(new SpeechError('The request was aborted.', 'aborted', false));
+        req.signal?.addEventListener('abort', onAbort, { once: true });
+        job.resolve = (r) => {
+          clearTimeout(timer);
+          req.signal?.removeEventListener('abort', onAbort);
+          resolve(r);
+        };
+        job.reject = (e) => {
+          clearTimeout(timer);
+          req.signal?.removeEventListener('abort', onAbort);
+          reject(e);
+        };
+        if (req.signal?.aborted) return onAbort();
+        this.queue.push(job);
+        this.pump();
+      },
+    );
     const words = out.words.map((w) => ({
       word: w.word,
       start: w.startFrame * FRAME_SECONDS,
@@ -195,7 +208,8 @@ export class BuiltinEngine implements SpeechEngine {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const job of this.queue.splice(0)) job.reject(new SpeechError('The speech engine is shut down.', 'transcription_failed'));
+    for (const job of this.queue.splice(0))
+      job.reject(new SpeechError('The speech engine is shut down.', 'transcription_failed'));
     await Promise.all(this.threads.map((t) => this.stopThread(t)));
   }
 
@@ -251,9 +265,12 @@ export class BuiltinEngine implements SpeechEngine {
       if (this.closed) return;
       if (!thread.loaded && !this.everReady && ++this.loadFailures >= 3) {
         // Not a crash but a configuration that cannot work: stop retrying and say so.
-        this.broken = new Error('PocketSphinx decoders fail to load (check the POCKETSPHINX_* settings and the log).');
+        this.broken = new Error(
+          'PocketSphinx decoders fail to load (check the POCKETSPHINX_* settings and the log).',
+        );
         this.log.fatal({ thread: index, code }, this.broken.message);
-        for (const queued of this.queue.splice(0)) queued.reject(new SpeechError(this.broken.message, 'transcription_failed'));
+        for (const queued of this.queue.splice(0))
+          queued.reject(new SpeechError(this.broken.message, 'transcription_failed'));
         this.markFailed(this.broken);
         return;
       }
@@ -273,8 +290,15 @@ export class BuiltinEngine implements SpeechEngine {
       const job = thread.job;
       thread.job = undefined;
       if (job && job.id === msg.id) {
-        if (msg.type === 'result') job.resolve({ words: msg.words, decodeMs: msg.decodeMs, thread: thread.index });
-        else job.reject(new SpeechError(msg.aborted ? 'Transcription was abandoned.' : `Decoder error: ${msg.message}`, 'transcription_failed'));
+        if (msg.type === 'result')
+          job.resolve({ words: msg.words, decodeMs: msg.decodeMs, thread: thread.index });
+        else
+          job.reject(
+            new SpeechError(
+              msg.aborted ? 'Transcription was abandoned.' : `Decoder error: ${msg.message}`,
+              'transcription_failed',
+            ),
+          );
       }
     }
     this.pump();

@@ -97,12 +97,19 @@ export function fromVerboseJson(body: unknown, fallbackLanguage = 'en'): Transcr
     text: String(s.text ?? '').trim(),
     confidence: typeof s.confidence === 'number' ? s.confidence : Math.exp(num(s.avg_logprob, 0)),
   }));
-  const words: TranscriptWord[] = (Array.isArray(b.words) ? (b.words as Record<string, unknown>[]) : []).map((w) => ({
-    word: String(w.word ?? '').trim(),
-    start: num(w.start),
-    end: num(w.end),
-    confidence: typeof w.confidence === 'number' ? w.confidence : typeof w.probability === 'number' ? w.probability : 1,
-  }));
+  const words: TranscriptWord[] = (Array.isArray(b.words) ? (b.words as Record<string, unknown>[]) : []).map(
+    (w) => ({
+      word: String(w.word ?? '').trim(),
+      start: num(w.start),
+      end: num(w.end),
+      confidence:
+        typeof w.confidence === 'number'
+          ? w.confidence
+          : typeof w.probability === 'number'
+            ? w.probability
+            : 1,
+    }),
+  );
   return {
     text: String(b.text).trim(),
     language: normalizeLanguage(typeof b.language === 'string' ? b.language : undefined) ?? fallbackLanguage,

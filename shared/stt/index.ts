@@ -14,7 +14,10 @@ export { RemotePool } from './remote.js';
 export { normalizeLanguage } from './language.js';
 export { RESPONSE_FORMATS, isResponseFormat, renderTranscript, type ResponseFormat } from './formats.js';
 
-export function createSpeechEngine(config: Pick<Config, 'speech'>, logger: Logger): SpeechEngine & {
+export function createSpeechEngine(
+  config: Pick<Config, 'speech'>,
+  logger: Logger,
+): SpeechEngine & {
   ready(): Promise<void>;
   workerIds(): string[];
 } {

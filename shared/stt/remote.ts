@@ -77,7 +77,13 @@ export class RemotePool implements SpeechEngine {
   }
 
   status(): WorkerStatus[] {
-    return this.workers.map(({ id, url, healthy, inFlight, lastError }) => ({ id, url, healthy, inFlight, lastError }));
+    return this.workers.map(({ id, url, healthy, inFlight, lastError }) => ({
+      id,
+      url,
+      healthy,
+      inFlight,
+      lastError,
+    }));
   }
 
   languages(): string[] {
@@ -107,7 +113,8 @@ export class RemotePool implements SpeechEngine {
       if (up) w.lastError = undefined;
       else w.lastError = `health answered ${res.status}`;
     } catch (err) {
-      if (w.healthy) this.log.warn({ worker: w.id, err: (err as Error).message }, 'speech worker health check failed');
+      if (w.healthy)
+        this.log.warn({ worker: w.id, err: (err as Error).message }, 'speech worker health check failed');
       w.healthy = false;
       w.lastError = (err as Error).message;
     }
@@ -122,11 +129,18 @@ export class RemotePool implements SpeechEngine {
       const rotated = [...list.slice(start), ...list.slice(0, start)];
       return rotated.sort((a, b) => a.inFlight - b.inFlight);
     };
-    const ranked = [...byLoad(this.workers.filter((w) => w.healthy)), ...byLoad(this.workers.filter((w) => !w.healthy))];
+    const ranked = [
+      ...byLoad(this.workers.filter((w) => w.healthy)),
+      ...byLoad(this.workers.filter((w) => !w.healthy)),
+    ];
     if (req.workerId !== undefined) {
       const pinned = this.workers.find((w) => w.id === req.workerId);
       if (!pinned) {
-        throw new SpeechError(`Unknown worker "${req.workerId}" (known: ${this.workerIds().join(', ')}).`, 'unknown_worker', false);
+        throw new SpeechError(
+          `Unknown worker "${req.workerId}" (known: ${this.workerIds().join(', ')}).`,
+          'unknown_worker',
+          false,
+        );
       }
       if (!this.cfg.pinnedFallback) return [pinned];
       return [pinned, ...ranked.filter((w) => w !== pinned)].slice(0, this.cfg.maxAttempts);
@@ -137,7 +151,8 @@ export class RemotePool implements SpeechEngine {
   async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
     const candidates = this.candidates(req);
     const attemptTimeoutMs = req.attemptTimeoutMs ?? this.cfg.attemptTimeoutMs;
-    const budgetMs = req.attemptTimeoutMs !== undefined ? req.attemptTimeoutMs * this.cfg.maxAttempts : this.cfg.budgetMs;
+    const budgetMs =
+      req.attemptTimeoutMs !== undefined ? req.attemptTimeoutMs * this.cfg.maxAttempts : this.cfg.budgetMs;
     const deadline = Date.now() + budgetMs;
     const wav = pcmToWav(req.pcm);
     const failures: string[] = [];
@@ -152,7 +167,12 @@ export class RemotePool implements SpeechEngine {
       try {
         const transcript = await this.attempt(worker, wav, req, Math.min(attemptTimeoutMs, remaining));
         if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
-        return { ...transcript, workerId: worker.id, fallbackUsed: i > 0, engineMs: performance.now() - started };
+        return {
+          ...transcript,
+          workerId: worker.id,
+          fallbackUsed: i > 0,
+          engineMs: performance.now() - started,
+        };
       } catch (err) {
         // The caller went away: that says nothing about the worker.
         if (req.signal?.aborted) throw new SpeechError('The request was aborted.', 'aborted', false);
@@ -174,9 +194,16 @@ export class RemotePool implements SpeechEngine {
     if (refusedLanguage && refusals === failures.length) {
       // Every worker tried refused the language itself: the request's fault, not an outage.
       const tried = candidates.map((w) => w.id).join(', ');
-      throw new SpeechError(`${refusedLanguage.message} (refused by every worker tried: ${tried})`, refusedLanguage.code, false);
+      throw new SpeechError(
+        `${refusedLanguage.message} (refused by every worker tried: ${tried})`,
+        refusedLanguage.code,
+        false,
+      );
     }
-    throw new SpeechError(`All speech worker attempts failed (${failures.join('; ') || 'no worker available in time'}).`, 'transcription_failed');
+    throw new SpeechError(
+      `All speech worker attempts failed (${failures.join('; ') || 'no worker available in time'}).`,
+      'transcription_failed',
+    );
   }
 
   private async attempt(worker: WorkerState, wav: Buffer, req: TranscribeRequest, timeoutMs: number) {
@@ -202,7 +229,10 @@ export class RemotePool implements SpeechEngine {
         });
       } catch (err) {
         const e = err as Error & { cause?: { code?: string } };
-        const why = e.name === 'TimeoutError' ? `no answer within ${Math.round(timeoutMs)} ms` : (e.cause?.code ?? e.message);
+        const why =
+          e.name === 'TimeoutError'
+            ? `no answer within ${Math.round(timeoutMs)} ms`
+            : (e.cause?.code ?? e.message);
         throw new AttemptError(why, true);
       }
       const text = await res.text().catch(() => '');
@@ -217,7 +247,8 @@ export class RemotePool implements SpeechEngine {
           /* not JSON */
         }
         // A worker without the language is healthy; the next one may have it.
-        if (code === 'unsupported_language' && res.status < 500) throw new AttemptError(message, false, code, true);
+        if (code === 'unsupported_language' && res.status < 500)
+          throw new AttemptError(message, false, code, true);
         // 401/403 mean this worker's credentials are wrong (a configuration fault of that worker).
         const workerFault = res.status >= 500 || [401, 403, 408, 429].includes(res.status);
         throw new AttemptError(message, workerFault, code);

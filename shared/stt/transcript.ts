@@ -28,15 +28,28 @@ export function groupSegments(words: TranscriptWord[]): TranscriptSegment[] {
   };
   for (const w of words) {
     const prev = current[current.length - 1];
-    if (prev && (w.start - prev.end >= SEGMENT_PAUSE_SECONDS || w.end - current[0].start > SEGMENT_MAX_SECONDS)) flush();
+    if (
+      prev &&
+      (w.start - prev.end >= SEGMENT_PAUSE_SECONDS || w.end - current[0].start > SEGMENT_MAX_SECONDS)
+    )
+      flush();
     current.push(w);
   }
   flush();
   return segments;
 }
 
-export function buildTranscript(words: TranscriptWord[], durationSeconds: number, language: string): Transcript {
-  const rounded = words.map((w) => ({ ...w, start: round(w.start), end: round(w.end), confidence: round(w.confidence) }));
+export function buildTranscript(
+  words: TranscriptWord[],
+  durationSeconds: number,
+  language: string,
+): Transcript {
+  const rounded = words.map((w) => ({
+    ...w,
+    start: round(w.start),
+    end: round(w.end),
+    confidence: round(w.confidence),
+  }));
   return {
     text: rounded.map((w) => w.word).join(' '),
     language,

@@ -20,7 +20,13 @@
  * - with `vad` off every window counts as speech: only flush and the maximum
  *   length end an utterance.
  */
-import { WINDOW_SAMPLES, SAMPLE_RATE, isDeferred, type DeferredClassifier, type WindowClassifier } from './silero.js';
+import {
+  WINDOW_SAMPLES,
+  SAMPLE_RATE,
+  isDeferred,
+  type DeferredClassifier,
+  type WindowClassifier,
+} from './silero.js';
 
 export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
 export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
@@ -245,7 +251,8 @@ export class Segmenter {
     const tail = this.remainder;
     this.remainder = EMPTY;
     if (!this.open) {
-      const hasSpeech = this.cur.some((w) => w.speech) || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
+      const hasSpeech =
+        this.cur.some((w) => w.speech) || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
       if (!hasSpeech) {
         if (tail.length > 0) this.pos += tail.length / WINDOW_BYTES;
         return out;
@@ -344,7 +351,8 @@ export class Segmenter {
 
   private trackFloor(rms: number): void {
     // Fast to fall, slow to rise: a floor, not an average.
-    this.noiseFloor = this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
+    this.noiseFloor =
+      this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
   }
 
   /** The utterance policy for one classified window. */
@@ -387,7 +395,10 @@ export class Segmenter {
     // Open utterance: decide whether it ends here.
     if (this.silenceRun >= this.silenceW) {
       this.finish('end_of_speech', this.paddedEnd(), out);
-    } else if (this.cur.length >= this.targetW && this.silenceRun >= Math.min(this.silenceW, ms2w(TARGET_PAUSE_MS))) {
+    } else if (
+      this.cur.length >= this.targetW &&
+      this.silenceRun >= Math.min(this.silenceW, ms2w(TARGET_PAUSE_MS))
+    ) {
       this.finish('target_duration', this.paddedEnd(), out);
     } else if (this.cur.length >= this.maxW) {
       let cut = this.cur.length;

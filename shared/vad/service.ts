@@ -19,7 +19,13 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { SileroPool, type PoolStats } from './silero.js';
-import { Segmenter, WINDOW_BYTES, type SegmenterEvent, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
+import {
+  Segmenter,
+  WINDOW_BYTES,
+  type SegmenterEvent,
+  type SegmenterOptions,
+  type SegmenterSettings,
+} from './segmenter.js';
 
 export type VadEvent = SegmenterEvent | { type: 'flushed' };
 
@@ -88,7 +94,12 @@ export class InlineVad implements VadService {
   }
 
   stats(): VadStats {
-    return { mode: 'inline', streams: this.streams, threads: 0, models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
+    return {
+      mode: 'inline',
+      streams: this.streams,
+      threads: 0,
+      models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 },
+    };
   }
 
   async close(): Promise<void> {}
@@ -186,7 +197,16 @@ export class ThreadedVad implements VadService {
     await Promise.all(
       Array.from({ length: threads }, async () => {
         const worker = startThread(perThread);
-        const lane: Lane = { worker, outbox: [], chunks: [], stage: null, staged: 0, audioBytes: 0, streams: 0, models: { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 } };
+        const lane: Lane = {
+          worker,
+          outbox: [],
+          chunks: [],
+          stage: null,
+          staged: 0,
+          audioBytes: 0,
+          streams: 0,
+          models: { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 },
+        };
         await new Promise<void>((resolve, reject) => {
           worker.once('error', reject);
           worker.on('message', (m: FromThread) => {
@@ -209,7 +229,8 @@ export class ThreadedVad implements VadService {
 
   private deliver(items: [number, VadEvent[]][]): void {
     for (const [id, evs] of items) {
-      for (const ev of evs) if (ev.type === 'stop') ev.pcm = Buffer.from(ev.pcm.buffer, ev.pcm.byteOffset, ev.pcm.byteLength);
+      for (const ev of evs)
+        if (ev.type === 'stop') ev.pcm = Buffer.from(ev.pcm.buffer, ev.pcm.byteOffset, ev.pcm.byteLength);
       this.handlers.get(id)?.(evs);
     }
   }
@@ -283,7 +304,8 @@ export class ThreadedVad implements VadService {
 
   stats(): VadStats {
     const models: PoolStats = { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 };
-    for (const l of this.lanes) for (const k of Object.keys(models) as (keyof PoolStats)[]) models[k] += l.models[k];
+    for (const l of this.lanes)
+      for (const k of Object.keys(models) as (keyof PoolStats)[]) models[k] += l.models[k];
     return { mode: 'threads', streams: this.handlers.size, threads: this.lanes.length, models };
   }
 
@@ -298,7 +320,10 @@ export class ThreadedVad implements VadService {
 /** Inline when `threads` is 0, worker threads otherwise. */
 export async function createVadService(threads: number, opts: VadServiceOptions): Promise<VadService> {
   if (threads <= 0) {
-    return new InlineVad(new SileroPool({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }), opts);
+    return new InlineVad(
+      new SileroPool({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }),
+      opts,
+    );
   }
   return ThreadedVad.start(threads, opts);
 }

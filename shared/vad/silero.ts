@@ -71,8 +71,17 @@ interface OrtTensor {
   dims: readonly number[];
 }
 interface OrtSession {
-  loadModel(buffer: ArrayBufferLike, byteOffset: number, byteLength: number, options: Record<string, unknown>): void;
-  run(feeds: Record<string, OrtTensor>, fetches: Record<string, OrtTensor | null>, options: Record<string, unknown>): Record<string, OrtTensor>;
+  loadModel(
+    buffer: ArrayBufferLike,
+    byteOffset: number,
+    byteLength: number,
+    options: Record<string, unknown>,
+  ): void;
+  run(
+    feeds: Record<string, OrtTensor>,
+    fetches: Record<string, OrtTensor | null>,
+    options: Record<string, unknown>,
+  ): Record<string, OrtTensor>;
   dispose(): void;
 }
 interface Ort {
@@ -147,7 +156,8 @@ export class SileroModel {
       this.input = new Float32Array(cap * FRAMED_INPUT);
       this.state = new Float32Array(cap * 2 * HIDDEN);
     }
-    const input = n * FRAMED_INPUT === this.input.length ? this.input : this.input.subarray(0, n * FRAMED_INPUT);
+    const input =
+      n * FRAMED_INPUT === this.input.length ? this.input : this.input.subarray(0, n * FRAMED_INPUT);
     const state = 2 * n * HIDDEN === this.state.length ? this.state : this.state.subarray(0, 2 * n * HIDDEN);
     // state is [2, n, 128]: layer-major.
     const layer = n * HIDDEN;
@@ -333,7 +343,13 @@ export class SileroPool {
   }
 
   get stats(): PoolStats {
-    return { created: this.created, inUse: this.inUse, idle: this.idle.length, calls: this.model.calls, windows: this.model.windows };
+    return {
+      created: this.created,
+      inUse: this.inUse,
+      idle: this.idle.length,
+      calls: this.model.calls,
+      windows: this.model.windows,
+    };
   }
 
   private create(): SileroStream {

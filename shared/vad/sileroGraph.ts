@@ -90,7 +90,8 @@ function tensorOf(b: Uint8Array): Weight {
       if (f.fixed32 !== undefined) floats.push(f.fixed32);
       else {
         const v = f.bytes!;
-        for (let i = 0; i + 4 <= v.length; i += 4) floats.push(new DataView(v.buffer, v.byteOffset + i, 4).getFloat32(0, true));
+        for (let i = 0; i + 4 <= v.length; i += 4)
+          floats.push(new DataView(v.buffer, v.byteOffset + i, 4).getFloat32(0, true));
       }
     }
   }
@@ -186,7 +187,8 @@ function tensorProto(name: string, dims: number[], data: Float32Array | BigInt64
 
 function valueInfo(name: string, dims: (number | string)[]): Writer {
   const shape = new Writer();
-  for (const d of dims) shape.message(1, typeof d === 'number' ? new Writer().varint(1, d) : new Writer().string(2, d));
+  for (const d of dims)
+    shape.message(1, typeof d === 'number' ? new Writer().varint(1, d) : new Writer().string(2, d));
   const tensorType = new Writer().varint(1, FLOAT).message(2, shape);
   return new Writer().string(1, name).message(2, new Writer().message(1, tensorType));
 }
@@ -205,7 +207,12 @@ class GraphBuilder {
     return this.init(`c${this.n++}`, [values.length], BigInt64Array.from(values.map(BigInt)));
   }
 
-  op(type: string, inputs: string[], attrs: Record<string, number | number[]> = {}, output = `t${this.n++}`): string {
+  op(
+    type: string,
+    inputs: string[],
+    attrs: Record<string, number | number[]> = {},
+    output = `t${this.n++}`,
+  ): string {
     const w = new Writer();
     for (const i of inputs) w.string(1, i);
     w.string(2, output);
@@ -259,7 +266,8 @@ function taps(w: Weight, which: number[]): Float32Array {
   const [out, inp, k] = w.dims;
   const m = new Float32Array(which.length * inp * out);
   which.forEach((tap, j) => {
-    for (let c = 0; c < inp; c++) for (let o = 0; o < out; o++) m[(j * inp + c) * out + o] = w.data[(o * inp + c) * k + tap];
+    for (let c = 0; c < inp; c++)
+      for (let o = 0; o < out; o++) m[(j * inp + c) * out + o] = w.data[(o * inp + c) * k + tap];
   });
   return m;
 }
@@ -293,20 +301,38 @@ export function batchedSileroModel(original: Uint8Array): Uint8Array {
   const g = new GraphBuilder();
   // STFT: frames [N,4,256] x basis^T [256,258].
   const bt = new Float32Array(FRAME * 2 * BINS);
-  for (let c = 0; c < 2 * BINS; c++) for (let k = 0; k < FRAME; k++) bt[k * 2 * BINS + c] = basis.data[c * FRAME + k];
+  for (let c = 0; c < 2 * BINS; c++)
+    for (let k = 0; k < FRAME; k++) bt[k * 2 * BINS + c] = basis.data[c * FRAME + k];
   const spec = g.op('MatMul', ['frames', g.init('stft_basis_t', [FRAME, 2 * BINS], bt)]);
   const re = g.slice(spec, 0, BINS, 2);
   const im = g.slice(spec, BINS, 2 * BINS, 2);
   const mag = g.op('Sqrt', [g.op('Add', [g.op('Mul', [re, re]), g.op('Mul', [im, im])])]);
   const padTime = (x: string) => g.op('Pad', [x, g.ints([0, 1, 0, 0, 1, 0])]);
   const dense = (x: string, i: number, w: Float32Array, rows: number, cols: number) =>
-    g.op('Relu', [g.op('Add', [g.op('MatMul', [x, g.init(`enc${i}_w`, [rows, cols], w)]), g.init(`enc${i}_b`, [cols], enc[i][1].data)])]);
+    g.op('Relu', [
+      g.op('Add', [
+        g.op('MatMul', [x, g.init(`enc${i}_w`, [rows, cols], w)]),
+        g.init(`enc${i}_b`, [cols], enc[i][1].data),
+      ]),
+    ]);
   // enc0: stride 1 over 4 steps: taps t-1, t, t+1.
   const p0 = padTime(mag);
-  const e0 = dense(g.op('Concat', [g.slice(p0, 0, 4, 1), g.slice(p0, 1, 5, 1), g.slice(p0, 2, 6, 1)], { axis: 2 }), 0, taps(enc[0][0], [0, 1, 2]), 3 * BINS, 128);
+  const e0 = dense(
+    g.op('Concat', [g.slice(p0, 0, 4, 1), g.slice(p0, 1, 5, 1), g.slice(p0, 2, 6, 1)], { axis: 2 }),
+    0,
+    taps(enc[0][0], [0, 1, 2]),
+    3 * BINS,
+    128,
+  );
   // enc1: stride 2, 4 -> 2 steps.
   const p1 = padTime(e0);
-  const e1 = dense(g.op('Concat', [g.slice(p1, 0, 4, 1, 2), g.slice(p1, 1, 5, 1, 2), g.slice(p1, 2, 6, 1, 2)], { axis: 2 }), 1, taps(enc[1][0], [0, 1, 2]), 384, 64);
+  const e1 = dense(
+    g.op('Concat', [g.slice(p1, 0, 4, 1, 2), g.slice(p1, 1, 5, 1, 2), g.slice(p1, 2, 6, 1, 2)], { axis: 2 }),
+    1,
+    taps(enc[1][0], [0, 1, 2]),
+    384,
+    64,
+  );
   // enc2: stride 2, 2 -> 1 step: taps 1 and 2 see steps 0 and 1 (tap 0 sees padding).
   const e2 = dense(g.op('Reshape', [e1, g.ints([-1, 128])]), 2, taps(enc[2][0], [1, 2]), 128, 64);
   // enc3: one step: only the middle tap sees data.
@@ -329,14 +355,23 @@ export function batchedSileroModel(original: Uint8Array): Uint8Array {
   });
   const h = g.op('Gather', ['state', g.init('zero', [], BigInt64Array.from([0n]))], { axis: 0 });
   const c = g.op('Gather', ['state', g.init('one', [], BigInt64Array.from([1n]))], { axis: 0 });
-  const gates = g.op('Add', [g.op('MatMul', [g.op('Concat', [e3, h], { axis: 1 }), g.init('lstm_w', [2 * H, 4 * H], wg)]), g.init('lstm_b', [4 * H], bg)]);
+  const gates = g.op('Add', [
+    g.op('MatMul', [g.op('Concat', [e3, h], { axis: 1 }), g.init('lstm_w', [2 * H, 4 * H], wg)]),
+    g.init('lstm_b', [4 * H], bg),
+  ]);
   const sig = g.op('Sigmoid', [g.slice(gates, 0, 3 * H, 1)]);
   const cand = g.op('Tanh', [g.slice(gates, 3 * H, 4 * H, 1)]);
-  const c1 = g.op('Add', [g.op('Mul', [g.slice(sig, H, 2 * H, 1), c]), g.op('Mul', [g.slice(sig, 0, H, 1), cand])]);
+  const c1 = g.op('Add', [
+    g.op('Mul', [g.slice(sig, H, 2 * H, 1), c]),
+    g.op('Mul', [g.slice(sig, 0, H, 1), cand]),
+  ]);
   const h1 = g.op('Mul', [g.slice(sig, 2 * H, 3 * H, 1), g.op('Tanh', [c1])]);
   const axis0 = g.ints([0]);
   g.op('Concat', [g.op('Unsqueeze', [h1, axis0]), g.op('Unsqueeze', [c1, axis0])], { axis: 0 }, 'stateN');
-  const logit = g.op('Add', [g.op('MatMul', [g.op('Relu', [h1]), g.init('dec_w', [H, 1], Float32Array.from(dw.data))]), g.init('dec_b', [1], db.data)]);
+  const logit = g.op('Add', [
+    g.op('MatMul', [g.op('Relu', [h1]), g.init('dec_w', [H, 1], Float32Array.from(dw.data))]),
+    g.init('dec_b', [1], db.data),
+  ]);
   g.op('Sigmoid', [logit], {}, 'output');
   return g.model(
     [valueInfo('frames', ['N', FRAMES, FRAME]), valueInfo('state', [2, 'N', H])],

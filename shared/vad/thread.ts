@@ -38,7 +38,9 @@ let scheduled = false;
 
 parentPort!.on('message', (batch: ToThreadBatch) => {
   for (const m of batch.ops) {
-    inbox.push(m.op === 'push' ? { op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) } : m);
+    inbox.push(
+      m.op === 'push' ? { op: 'push', id: m.id, pcm: Buffer.from(batch.chunks[m.chunk], m.off, m.len) } : m,
+    );
   }
   if (!scheduled) {
     scheduled = true;
@@ -117,8 +119,10 @@ function send(out: Map<number, VadEvent[]>): void {
       for (const ev of evs) {
         if (ev.type !== 'stop') continue;
         // Utterance audio moves to the main thread without a copy when it owns its buffer.
-        if (ev.pcm.byteOffset !== 0 || ev.pcm.buffer.byteLength !== ev.pcm.length) ev.pcm = Buffer.from(ev.pcm);
-        if (ev.pcm.byteOffset === 0 && ev.pcm.buffer.byteLength === ev.pcm.length) transfer.push(ev.pcm.buffer as ArrayBuffer);
+        if (ev.pcm.byteOffset !== 0 || ev.pcm.buffer.byteLength !== ev.pcm.length)
+          ev.pcm = Buffer.from(ev.pcm);
+        if (ev.pcm.byteOffset === 0 && ev.pcm.buffer.byteLength === ev.pcm.length)
+          transfer.push(ev.pcm.buffer as ArrayBuffer);
       }
     }
   }

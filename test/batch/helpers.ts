@@ -122,9 +122,17 @@ export const BATCH_TEST_ENV = {
 };
 
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
-export async function createBatchTestApp(env: Record<string, string> = {}, opts: { start?: boolean; speech?: boolean } = {}): Promise<BatchTestApp> {
+export async function createBatchTestApp(
+  env: Record<string, string> = {},
+  opts: { start?: boolean; speech?: boolean } = {},
+): Promise<BatchTestApp> {
   const dataDir = tmpDir('batch-data-');
-  const t = await createTestApp({ ...BATCH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...env });
+  const t = await createTestApp({
+    ...BATCH_TEST_ENV,
+    DATA_DIR: dataDir,
+    WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
+    ...env,
+  });
   const engineCalls: BatchTestApp['engineCalls'] = [];
   const hooks: RunnerHooks = { onEngineCall: (workflowId, chunk) => engineCalls.push({ workflowId, chunk }) };
   const depsWithHooks = t.deps as typeof t.deps & { hooks?: RunnerHooks };
@@ -157,7 +165,11 @@ export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('batch-test-secret-01234
 
 export { issueKey };
 
-export async function waitFor<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 60_000, everyMs = 100): Promise<T> {
+export async function waitFor<T>(
+  fn: () => Promise<T | undefined | null | false>,
+  timeoutMs = 60_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();

@@ -23,7 +23,8 @@ describe('net: outbound fetch guard', function () {
   before(async () => {
     server = http.createServer((req, res) => {
       const url = new URL(req.url ?? '/', 'http://x');
-      if (url.pathname === '/redirect') return void res.writeHead(302, { location: url.searchParams.get('to')! }).end();
+      if (url.pathname === '/redirect')
+        return void res.writeHead(302, { location: url.searchParams.get('to')! }).end();
       if (url.pathname === '/loop') return void res.writeHead(302, { location: '/loop' }).end();
       if (url.pathname === '/big') {
         res.writeHead(200);
@@ -42,8 +43,23 @@ describe('net: outbound fetch guard', function () {
   });
 
   it('classifies addresses', () => {
-    for (const a of ['8.8.8.8', '2001:4860:4860::8888', '::ffff:1.1.1.1']) expect(isPublicAddress(a), a).to.equal(true);
-    for (const a of ['127.0.0.1', '10.0.0.1', '172.16.0.1', '192.168.1.1', '169.254.169.254', '::1', 'fe80::1', 'fd00:ec2::254', '::ffff:127.0.0.1', '0.0.0.0', '100.64.0.1', '224.0.0.1', 'nonsense']) {
+    for (const a of ['8.8.8.8', '2001:4860:4860::8888', '::ffff:1.1.1.1'])
+      expect(isPublicAddress(a), a).to.equal(true);
+    for (const a of [
+      '127.0.0.1',
+      '10.0.0.1',
+      '172.16.0.1',
+      '192.168.1.1',
+      '169.254.169.254',
+      '::1',
+      'fe80::1',
+      'fd00:ec2::254',
+      '::ffff:127.0.0.1',
+      '0.0.0.0',
+      '100.64.0.1',
+      '224.0.0.1',
+      'nonsense',
+    ]) {
       expect(isPublicAddress(a), a).to.equal(false);
     }
     const p = new AddressPolicy(['127.0.0.1/32', 'internal.example']);
@@ -77,10 +93,22 @@ describe('net: outbound fetch guard', function () {
     expect(r.body.toString()).to.equal('hello');
     expect(r.remoteAddress).to.equal('127.0.0.1');
     // A redirect to a refused destination is refused even though the first hop was allowed.
-    await expectCode(c.request(`${base}/redirect?to=${encodeURIComponent('http://169.254.169.254/')}`), 'blocked_destination');
-    await expectCode(c.request(`${base}/redirect?to=${encodeURIComponent(`http://[::1]:${port}/`)}`), 'blocked_destination');
-    await expectCode(c.request(`${base}/redirect?to=${encodeURIComponent('http://192.168.0.1/')}`), 'blocked_destination');
-    await expectCode(c.request(`${base}/redirect?to=${encodeURIComponent('file:///etc/passwd')}`), 'invalid_url');
+    await expectCode(
+      c.request(`${base}/redirect?to=${encodeURIComponent('http://169.254.169.254/')}`),
+      'blocked_destination',
+    );
+    await expectCode(
+      c.request(`${base}/redirect?to=${encodeURIComponent(`http://[::1]:${port}/`)}`),
+      'blocked_destination',
+    );
+    await expectCode(
+      c.request(`${base}/redirect?to=${encodeURIComponent('http://192.168.0.1/')}`),
+      'blocked_destination',
+    );
+    await expectCode(
+      c.request(`${base}/redirect?to=${encodeURIComponent('file:///etc/passwd')}`),
+      'invalid_url',
+    );
     await expectCode(c.request(`${base}/loop`, { maxRedirects: 3 }), 'too_many_redirects');
   });
 

@@ -9,7 +9,17 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { BatchRuntime } from '../../api/batch/runtime.js';
 import { tenantStore } from '../../shared/storage/index.js';
-import { buildRecording, createBatchTestApp, issueKey, randomId, startFileServer, tmpDir, waitFor, type BatchTestApp, type FileServer } from './helpers.js';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  randomId,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
 
 describe('batch: graceful worker shutdown mid-job', function () {
   this.timeout(90_000);
@@ -18,7 +28,16 @@ describe('batch: graceful worker shutdown mid-job', function () {
   let second: BatchRuntime | undefined;
   const dir = tmpDir('batch-stop-');
   before(async () => {
-    buildRecording(path.join(dir, 'a.wav'), ['librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav', 'librispeech-1089-134686-0001.wav'], 0.8);
+    buildRecording(
+      path.join(dir, 'a.wav'),
+      [
+        'librivox-austen-0870.wav',
+        'librivox-austen-0880.wav',
+        'librivox-austen-0890.wav',
+        'librispeech-1089-134686-0001.wav',
+      ],
+      0.8,
+    );
     files = await startFileServer(dir);
     // Long lease: resumption must come from the released lease, not from expiry.
     t = await createBatchTestApp({ BATCH_LEASE_SECONDS: '60', STT_THREADS: '1' }, { start: true });
@@ -49,10 +68,14 @@ describe('batch: graceful worker shutdown mid-job', function () {
     const calls: number[] = [];
     second = new BatchRuntime({ ...t.deps, hooks: { onEngineCall: (_w, chunk) => calls.push(chunk) } });
     await second.start({ workers: true });
-    const done = await waitFor(async () => {
-      const r = await request(t.server).get(`/${id}`).set('authorization', `Bearer ${key}`);
-      return r.body.status === 'complete' ? r : undefined;
-    }, 60_000, 200);
+    const done = await waitFor(
+      async () => {
+        const r = await request(t.server).get(`/${id}`).set('authorization', `Bearer ${key}`);
+        return r.body.status === 'complete' ? r : undefined;
+      },
+      60_000,
+      200,
+    );
     const total = done.body.output.report.chunk_count as number;
     expect(done.body.output.report.chunks_reused).to.be.at.least(checkpointed);
     expect(calls.length).to.equal(total - done.body.output.report.chunks_reused);

@@ -4,8 +4,20 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
-import { energyEnvelope, energyEnvelopeOfFile, FRAME_SECONDS, planSlices, splitUtterances } from '../../api/batch/slicing.js';
-import { annotateChunkOffline, correctOffline, levenshtein, phoneticKey, RemoteReviewer } from '../../api/batch/review.js';
+import {
+  energyEnvelope,
+  energyEnvelopeOfFile,
+  FRAME_SECONDS,
+  planSlices,
+  splitUtterances,
+} from '../../api/batch/slicing.js';
+import {
+  annotateChunkOffline,
+  correctOffline,
+  levenshtein,
+  phoneticKey,
+  RemoteReviewer,
+} from '../../api/batch/review.js';
 import { aggregate, Semaphore } from '../../api/batch/workflow.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';
@@ -25,7 +37,12 @@ function synthetic(seconds: number, gaps: [number, number][]): Float32Array {
 
 describe('batch: slicing at pauses', () => {
   it('moves each boundary into the nearest real pause, not a syllable dip', () => {
-    const env = synthetic(60, [[9.0, 9.6], [21.5, 22.1], [29.0, 29.5], [41.0, 41.6]]);
+    const env = synthetic(60, [
+      [9.0, 9.6],
+      [21.5, 22.1],
+      [29.0, 29.5],
+      [41.0, 41.6],
+    ]);
     const plan = planSlices(env, 60, { segmentSeconds: 20, maxSearchSeconds: 5 });
     expect(plan.slices).to.have.length(3);
     const cuts = plan.cuts.map((c) => c.cut);
@@ -33,7 +50,8 @@ describe('batch: slicing at pauses', () => {
     expect(cuts[1]).to.be.within(41.0, 41.6);
     expect(plan.slices[0].start).to.equal(0);
     expect(plan.slices[2].end).to.equal(60);
-    for (let i = 1; i < plan.slices.length; i++) expect(plan.slices[i].start).to.equal(plan.slices[i - 1].end);
+    for (let i = 1; i < plan.slices.length; i++)
+      expect(plan.slices[i].start).to.equal(plan.slices[i - 1].end);
   });
 
   it('keeps chunks about segment_seconds long and never tiny', () => {
@@ -45,7 +63,11 @@ describe('batch: slicing at pauses', () => {
   });
 
   it('splits a chunk into utterances at its pauses and drops silent stretches', () => {
-    const env = synthetic(20, [[0, 1], [6, 6.8], [12, 20]]);
+    const env = synthetic(20, [
+      [0, 1],
+      [6, 6.8],
+      [12, 20],
+    ]);
     const u = splitUtterances(env, 20, { minPauseSeconds: 0.4, maxUtteranceSeconds: 30 });
     expect(u).to.have.length(2);
     expect(u[0].start).to.equal(0);
@@ -58,7 +80,11 @@ describe('batch: slicing at pauses', () => {
 
   it('on real speech, cuts fall in the pauses between clips', async () => {
     const dir = tmpDir('slice-');
-    const wav = buildRecording(path.join(dir, 'r.wav'), ['librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librispeech-1089-134686-0001.wav'], 0.6);
+    const wav = buildRecording(
+      path.join(dir, 'r.wav'),
+      ['librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librispeech-1089-134686-0001.wav'],
+      0.6,
+    );
     const pcm = canonicalWavSamples(fs.readFileSync(wav))!;
     const env = energyEnvelope(pcm);
     const pcmFile = path.join(dir, 'r.pcm');
@@ -69,9 +95,15 @@ describe('batch: slicing at pauses', () => {
     const duration = pcm.length / 2 / 16000;
     // Ideal boundaries at ~1/3 and 2/3 fall inside speech; pauses are at 7.1–7.7 and 10.69–11.29.
     const plan = planSlices(env, duration, { segmentSeconds: duration / 3, maxSearchSeconds: 3 });
-    const pauses: [number, number][] = [[7.1, 7.7], [10.69, 11.29]];
+    const pauses: [number, number][] = [
+      [7.1, 7.7],
+      [10.69, 11.29],
+    ];
     for (const c of plan.cuts) {
-      expect(pauses.some(([a, b]) => c.cut >= a - 0.05 && c.cut <= b + 0.05), `cut ${c.cut}`).to.equal(true);
+      expect(
+        pauses.some(([a, b]) => c.cut >= a - 0.05 && c.cut <= b + 0.05),
+        `cut ${c.cut}`,
+      ).to.equal(true);
     }
     fs.rmSync(dir, { recursive: true, force: true });
   });
@@ -88,7 +120,9 @@ function chunk(index: number, start: number, words: [string, number][]): ChunkCh
     text: words.map((w) => w[0]).join(' '),
     language: 'en',
     model: 'm',
-    segments: [{ start: 0, end: words.length * 0.5, text: words.map((w) => w[0]).join(' '), confidence: 0.8 }],
+    segments: [
+      { start: 0, end: words.length * 0.5, text: words.map((w) => w[0]).join(' '), confidence: 0.8 },
+    ],
     words: ws,
     engine_ms: 1,
     worker_id: 'w',
@@ -97,10 +131,31 @@ function chunk(index: number, start: number, words: [string, number][]): ChunkCh
 }
 
 describe('batch: review', () => {
-  const metadata = { known_terms: ['Dashwood', 'Norland Park'], speaker_roles: { narrator: 'Elinor' }, specialty: 'literature' };
+  const metadata = {
+    known_terms: ['Dashwood', 'Norland Park'],
+    speaker_roles: { narrator: 'Elinor' },
+    specialty: 'literature',
+  };
   const chunks = [
-    chunk(0, 0, [['mister', 0.9], ['john', 0.9], ['dash', 0.6], ['wood', 0.7], ['had', 0.9], ['leisure', 0.3]]),
-    chunk(1, 3, [['at', 0.9], ['norland', 0.9], ['park', 0.9], ['with', 0.9], ['dash', 0.8], ['wood', 0.8], ['and', 0.9], ['ellen', 0.8], ['or', 0.8]]),
+    chunk(0, 0, [
+      ['mister', 0.9],
+      ['john', 0.9],
+      ['dash', 0.6],
+      ['wood', 0.7],
+      ['had', 0.9],
+      ['leisure', 0.3],
+    ]),
+    chunk(1, 3, [
+      ['at', 0.9],
+      ['norland', 0.9],
+      ['park', 0.9],
+      ['with', 0.9],
+      ['dash', 0.8],
+      ['wood', 0.8],
+      ['and', 0.9],
+      ['ellen', 0.8],
+      ['or', 0.8],
+    ]),
   ];
 
   it('edit distance and phonetic keys', () => {
@@ -137,7 +192,12 @@ describe('batch: review', () => {
   });
 
   it('stage two leaves weak near-misses of short terms alone (flagged, not changed)', () => {
-    const c = chunk(0, 0, [['part', 0.9], ['of', 0.9], ['the', 0.9], ['park', 0.9]]);
+    const c = chunk(0, 0, [
+      ['part', 0.9],
+      ['of', 0.9],
+      ['the', 0.9],
+      ['park', 0.9],
+    ]);
     const meta = { known_terms: ['Pork'] };
     const review = annotateChunkOffline(c, meta, 0.5);
     expect(review.issues.find((i) => i.text === 'park')).to.include({ suggestion: 'Pork', distance: 1 });
@@ -155,14 +215,22 @@ describe('batch: review', () => {
         const sys = JSON.parse(body).messages[0].content as string;
         const content = sys.includes('one chunk')
           ? { issues: [{ text: 'ellen or', suggestion: 'Elinor', why: 'speaker name' }] }
-          : { segments: [{ id: 1, text: 'at Norland Park with Dashwood and Elinor' }], changes: [{ segment_id: 1, before: 'ellen or', after: 'Elinor', why: 'speaker name' }] };
+          : {
+              segments: [{ id: 1, text: 'at Norland Park with Dashwood and Elinor' }],
+              changes: [{ segment_id: 1, before: 'ellen or', after: 'Elinor', why: 'speaker name' }],
+            };
         res.setHeader('content-type', 'application/json');
-        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.stringify(content) } }] }));
+        res.end(
+          JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.stringify(content) } }] }),
+        );
       });
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as AddressInfo).port;
-    const cfg = batchConfig({ REVIEW_API_URL: `http://127.0.0.1:${port}/v1`, REVIEW_MODEL: 'test-model' }).review;
+    const cfg = batchConfig({
+      REVIEW_API_URL: `http://127.0.0.1:${port}/v1`,
+      REVIEW_MODEL: 'test-model',
+    }).review;
     const reviewer = new RemoteReviewer(cfg);
     expect(reviewer.enabledFor('annotate')).to.equal(true);
     const r1 = await reviewer.annotate(chunks[1], metadata);

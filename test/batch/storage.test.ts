@@ -53,7 +53,10 @@ function contract(name: string, make: () => Promise<{ store: ArtifactStore; clea
       expect(await store.getJson('transcription/r1/missing.json')).to.equal(null);
       expect(await store.exists('transcription/r2/result.json')).to.equal(true);
       expect(await store.exists('transcription/r2/nope.json')).to.equal(false);
-      expect(await store.list('transcription/r1/')).to.deep.equal(['transcription/r1/chunk_0.json', 'transcription/r1/chunk_1.json']);
+      expect(await store.list('transcription/r1/')).to.deep.equal([
+        'transcription/r1/chunk_0.json',
+        'transcription/r1/chunk_1.json',
+      ]);
       await store.putJson('transcription/r1/chunk_0.json', { a: 3 });
       expect(await store.getJson('transcription/r1/chunk_0.json')).to.deep.equal({ a: 3 });
       await store.delete('transcription/r1/chunk_0.json');
@@ -61,7 +64,17 @@ function contract(name: string, make: () => Promise<{ store: ArtifactStore; clea
     });
 
     it('refuses keys that could escape their prefix', async () => {
-      for (const k of ['../x.json', '/abs.json', 'a/../../x.json', 'a//b.json', 'a\\b.json', 'a/%2e%2e/b.json', 'a/./b.json', '', 'a/b\u0000.json']) {
+      for (const k of [
+        '../x.json',
+        '/abs.json',
+        'a/../../x.json',
+        'a//b.json',
+        'a\\b.json',
+        'a/%2e%2e/b.json',
+        'a/./b.json',
+        '',
+        'a/b\u0000.json',
+      ]) {
         let err: unknown;
         try {
           await store.putJson(k, {});
@@ -85,7 +98,10 @@ function contract(name: string, make: () => Promise<{ store: ArtifactStore; clea
 
 contract('filesystem', async () => {
   const dir = tmpDir('fs-store-');
-  return { store: new FsArtifactStore(dir), cleanup: async () => fs.rmSync(dir, { recursive: true, force: true }) };
+  return {
+    store: new FsArtifactStore(dir),
+    cleanup: async () => fs.rmSync(dir, { recursive: true, force: true }),
+  };
 });
 
 const s3Config = {
@@ -101,10 +117,7 @@ const s3Config = {
 
 contract('S3 (s3rver)', async () => {
   const s3 = await startS3();
-  const store = new S3ArtifactStore(
-    { ...s3Config, endpoint: s3.endpoint },
-    'prefix/',
-  );
+  const store = new S3ArtifactStore({ ...s3Config, endpoint: s3.endpoint }, 'prefix/');
   return { store, cleanup: () => s3.close() };
 });
 
@@ -155,7 +168,13 @@ describe('storage: a batch job on the S3 driver', function () {
     fs.copyFileSync(path.join(audioDir, 'librivox-austen-0880.wav'), path.join(dir, 'a.wav'));
     const files = await startFileServer(dir);
     const t = await createBatchTestApp(
-      { ARTIFACT_STORE: 's3', S3_ENDPOINT: s3.endpoint, S3_BUCKET: 'batch-artifacts', S3_ACCESS_KEY_ID: 'S3RVER', S3_SECRET_ACCESS_KEY: 'S3RVER' },
+      {
+        ARTIFACT_STORE: 's3',
+        S3_ENDPOINT: s3.endpoint,
+        S3_BUCKET: 'batch-artifacts',
+        S3_ACCESS_KEY_ID: 'S3RVER',
+        S3_SECRET_ACCESS_KEY: 'S3RVER',
+      },
       { start: true },
     );
     try {
@@ -166,13 +185,20 @@ describe('storage: a batch job on the S3 driver', function () {
         .set('authorization', `Bearer ${key}`)
         .send({ audio_url: `${files.url}/a.wav`, request_id: 's3-job-1' });
       const done = await waitFor(async () => {
-        const r = await request(t.server).get(`/${sub.body.workflow_id}`).set('authorization', `Bearer ${key}`);
+        const r = await request(t.server)
+          .get(`/${sub.body.workflow_id}`)
+          .set('authorization', `Bearer ${key}`);
         return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
       });
       expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
       const listed = await tenantStore(t.runtime.store, 'tenant-s3').list('transcription/s3-job-1/');
-      expect(listed).to.deep.equal(['transcription/s3-job-1/chunk_0.json', 'transcription/s3-job-1/result.json']);
-      const r = await request(t.server).get('/r2/transcription/s3-job-1/result.json').set('authorization', `Bearer ${key}`);
+      expect(listed).to.deep.equal([
+        'transcription/s3-job-1/chunk_0.json',
+        'transcription/s3-job-1/result.json',
+      ]);
+      const r = await request(t.server)
+        .get('/r2/transcription/s3-job-1/result.json')
+        .set('authorization', `Bearer ${key}`);
       expect(r.status).to.equal(200);
       expect(r.body).to.deep.equal(done.body.output.result);
     } finally {

@@ -4,7 +4,15 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { compile } from '../../api/http/validate.js';
 import { jobRequestSchema } from '../../api/batch/schemas.js';
-import { createBatchTestApp, issueKey, randomId, startFileServer, tmpDir, waitFor, type BatchTestApp } from './helpers.js';
+import {
+  createBatchTestApp,
+  issueKey,
+  randomId,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+} from './helpers.js';
 
 describe('batch: submission', function () {
   this.timeout(30_000);
@@ -17,7 +25,10 @@ describe('batch: submission', function () {
   after(async () => t?.close());
 
   const submit = (body: unknown, path = '/v1/audio/transcriptions/jobs') =>
-    request(t.server).post(path).set('authorization', `Bearer ${key}`).send(body as object);
+    request(t.server)
+      .post(path)
+      .set('authorization', `Bearer ${key}`)
+      .send(body as object);
 
   it('accepts a valid job with 202 and the 2.2 body; the workflow starts queued', async () => {
     const r = await submit({ audio_url: 'https://example.com/a.mp3' });
@@ -27,9 +38,16 @@ describe('batch: submission', function () {
     expect(r.body.workflow_id).to.match(/^cf_[0-9a-f]{64}$/);
     expect(r.body.status).to.equal('queued');
     expect(r.headers).to.not.have.property('deprecation');
-    const p = await request(t.server).get(`/v1/audio/transcriptions/jobs/${r.body.workflow_id}`).set('authorization', `Bearer ${key}`);
+    const p = await request(t.server)
+      .get(`/v1/audio/transcriptions/jobs/${r.body.workflow_id}`)
+      .set('authorization', `Bearer ${key}`);
     expect(p.status).to.equal(200);
-    expect(p.body).to.deep.include({ workflow_id: r.body.workflow_id, status: 'queued', steps: [], error: null });
+    expect(p.body).to.deep.include({
+      workflow_id: r.body.workflow_id,
+      status: 'queued',
+      steps: [],
+      error: null,
+    });
   });
 
   const bad: [string, unknown][] = [
@@ -84,7 +102,9 @@ describe('batch: submission', function () {
   });
 
   it('401 without a key, in the batch error shape', async () => {
-    const r = await request(t.server).post('/v1/audio/transcriptions/jobs').send({ audio_url: 'https://e.com/a' });
+    const r = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .send({ audio_url: 'https://e.com/a' });
     expect(r.status).to.equal(401);
     expect(r.body.error).to.be.a('string');
   });
@@ -120,7 +140,9 @@ describe('batch: submission', function () {
   it('the request schema is the one in /openapi.json', async () => {
     const r = await request(t.server).get('/openapi.json');
     expect(r.status).to.equal(200);
-    expect(r.body.components.schemas.TranscriptionJobRequest).to.deep.equal(JSON.parse(JSON.stringify(jobRequestSchema)));
+    expect(r.body.components.schemas.TranscriptionJobRequest).to.deep.equal(
+      JSON.parse(JSON.stringify(jobRequestSchema)),
+    );
     expect(r.body.paths['/v1/audio/transcriptions/jobs'].post).to.exist;
     expect(r.body.paths['/v1/audio/transcriptions/jobs/{workflowId}'].get).to.exist;
     expect(r.body.paths['/r2/{key}'].get).to.exist;
@@ -130,7 +152,14 @@ describe('batch: submission', function () {
 
   it('GET /r2 refuses traversal, absolute and encoded keys; 404 for missing', async () => {
     const auth = { authorization: `Bearer ${key}` };
-    for (const p of ['/r2/../etc/passwd', '/r2/transcription/%2e%2e/x.json', '/r2/%2Fetc%2Fpasswd', '/r2/transcription/a/..%2F..%2Fx', '/r2/transcription//x.json', '/r2/a\\b.json']) {
+    for (const p of [
+      '/r2/../etc/passwd',
+      '/r2/transcription/%2e%2e/x.json',
+      '/r2/%2Fetc%2Fpasswd',
+      '/r2/transcription/a/..%2F..%2Fx',
+      '/r2/transcription//x.json',
+      '/r2/a\\b.json',
+    ]) {
       const r = await request(t.server).get(p).set(auth);
       expect([400, 404], p).to.include(r.status);
       expect(r.body.error, p).to.be.a('string');
@@ -176,8 +205,14 @@ describe('batch: default outbound policy (no allow-list)', function () {
 
   it('refuses loopback audio and webhook URLs', async () => {
     expect(t.config.batch.outbound.allow).to.deep.equal([]);
-    for (const body of [{ audio_url: 'http://127.0.0.1:8080/a.wav' }, { audio_url: 'https://example.com/a', webhook_url: 'http://127.0.0.1/h' }]) {
-      const r = await request(t.server).post('/v1/audio/transcriptions/jobs').set('authorization', `Bearer ${key}`).send(body);
+    for (const body of [
+      { audio_url: 'http://127.0.0.1:8080/a.wav' },
+      { audio_url: 'https://example.com/a', webhook_url: 'http://127.0.0.1/h' },
+    ]) {
+      const r = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send(body);
       expect(r.status).to.equal(400);
     }
     expect(t.runtime.destinationAllowed('http://localhost/a.wav')).to.equal(true); // names are checked at fetch time

@@ -38,11 +38,21 @@ describe('batch: workflow end to end', function () {
 
   before(async () => {
     // ~33 s: four clips with 0.8 s pauses between them.
-    buildRecording(path.join(dir, 'talk.wav'), ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav']);
+    buildRecording(path.join(dir, 'talk.wav'), [
+      'jfk.wav',
+      'librivox-austen-0870.wav',
+      'librivox-austen-0880.wav',
+      'librivox-austen-0890.wav',
+    ]);
     duration = durationOf(path.join(dir, 'talk.wav'));
     files = await startFileServer(dir);
     t = await createBatchTestApp(
-      { PLANS_JSON: JSON.stringify({ tiny: { maxAudioSecondsPerRequest: 5 }, budget: { maxAudioSecondsPerWindow: 100 } }) },
+      {
+        PLANS_JSON: JSON.stringify({
+          tiny: { maxAudioSecondsPerRequest: 5 },
+          budget: { maxAudioSecondsPerWindow: 100 },
+        }),
+      },
       { start: true },
     );
     key = (await issueKey(t, { ownerId: 'tenant-a', plan: 'pro' })).key;
@@ -54,13 +64,18 @@ describe('batch: workflow end to end', function () {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  const poll = (id: string, k = key) => request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${k}`);
+  const poll = (id: string, k = key) =>
+    request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${k}`);
 
   async function waitDone(id: string) {
-    return waitFor(async () => {
-      const r = await poll(id);
-      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
-    }, 90_000, 200);
+    return waitFor(
+      async () => {
+        const r = await poll(id);
+        return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+      },
+      90_000,
+      200,
+    );
   }
 
   let requestId: string;
@@ -95,7 +110,9 @@ describe('batch: workflow end to end', function () {
       async () => {
         const r = await poll(workflowId);
         const st = (r.body.steps as { status: string }[]).map((x) => x.status);
-        return r.body.status === 'running' && st.includes('running') && st.includes('complete') ? r : undefined;
+        return r.body.status === 'running' && st.includes('running') && st.includes('complete')
+          ? r
+          : undefined;
       },
       30_000,
       25,
@@ -112,11 +129,19 @@ describe('batch: workflow end to end', function () {
     expect(done.body.output.result.metadata.language).to.equal('en');
     const names = done.body.steps.map((s: { name: string }) => s.name);
     expect(names.slice(0, 2)).to.deep.equal(['probe', 'slice']);
-    expect(names).to.include.members(['transcribe_chunk_0', 'transcribe_chunk_1', 'transcribe_chunk_2', 'aggregate', 'review', 'report']);
+    expect(names).to.include.members([
+      'transcribe_chunk_0',
+      'transcribe_chunk_1',
+      'transcribe_chunk_2',
+      'aggregate',
+      'review',
+      'report',
+    ]);
     for (const s of done.body.steps) {
       expect(s).to.have.all.keys('name', 'status', 'started_at', 'ended_at', 'attempts');
       // ISO 8601 in UTC with milliseconds, exactly as Date#toISOString writes it.
-      for (const t of [s.started_at, s.ended_at]) if (t !== null) expect(new Date(t).toISOString()).to.equal(t);
+      for (const t of [s.started_at, s.ended_at])
+        if (t !== null) expect(new Date(t).toISOString()).to.equal(t);
     }
     // concurrency 2: the first two chunks were in flight together.
     const step = (n: string) => done.body.steps.find((s: { name: string }) => s.name === n);
@@ -136,39 +161,70 @@ describe('batch: workflow end to end', function () {
     expect(r.summary.total_duration).to.be.closeTo(duration, 0.05);
     expect(r.summary.overall_speech_ratio).to.be.within(0, 1);
     let prevEnd = 0;
-    r.segments.forEach((s: { id: number; start_time: number; end_time: number; duration: number }, i: number) => {
-      expect(s.id).to.equal(i);
-      expect(s.start_time).to.be.at.least(prevEnd - 0.01);
-      expect(s.duration).to.be.closeTo(s.end_time - s.start_time, 0.002);
-      prevEnd = s.end_time;
-    });
-    const text = r.segments.map((s: { text: string }) => s.text).join(' ').toLowerCase();
+    r.segments.forEach(
+      (s: { id: number; start_time: number; end_time: number; duration: number }, i: number) => {
+        expect(s.id).to.equal(i);
+        expect(s.start_time).to.be.at.least(prevEnd - 0.01);
+        expect(s.duration).to.be.closeTo(s.end_time - s.start_time, 0.002);
+        prevEnd = s.end_time;
+      },
+    );
+    const text = r.segments
+      .map((s: { text: string }) => s.text)
+      .join(' ')
+      .toLowerCase();
     expect(text).to.match(/country/);
     expect(text, text).to.match(/dashwood|disposed|selfish/);
     firstResult = r;
     expect(t.engineCalls.filter((c) => c.workflowId === workflowId)).to.have.length(3);
 
     // Artifacts (2.5): exactly the table's keys for a reviewed job, read through GET /r2/{key}, owner only.
-    const stored = (await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)).sort();
+    const stored = (
+      await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)
+    ).sort();
     expect(stored).to.deep.equal(
-      ['chunk_0', 'chunk_1', 'chunk_2', 'result', 'review_chunk_0', 'review_chunk_1', 'review_chunk_2', 'reviewed_result']
+      [
+        'chunk_0',
+        'chunk_1',
+        'chunk_2',
+        'result',
+        'review_chunk_0',
+        'review_chunk_1',
+        'review_chunk_2',
+        'reviewed_result',
+      ]
         .map((k) => `transcription/${requestId}/${k}.json`)
         .sort(),
     );
-    for (const k of ['chunk_0.json', 'chunk_2.json', 'result.json', 'review_chunk_1.json', 'reviewed_result.json']) {
-      const a = await request(t.server).get(`/r2/transcription/${requestId}/${k}`).set('authorization', `Bearer ${key}`);
+    for (const k of [
+      'chunk_0.json',
+      'chunk_2.json',
+      'result.json',
+      'review_chunk_1.json',
+      'reviewed_result.json',
+    ]) {
+      const a = await request(t.server)
+        .get(`/r2/transcription/${requestId}/${k}`)
+        .set('authorization', `Bearer ${key}`);
       expect(a.status, k).to.equal(200);
     }
-    const reviewed = await request(t.server).get(`/r2/transcription/${requestId}/reviewed_result.json`).set('authorization', `Bearer ${key}`);
+    const reviewed = await request(t.server)
+      .get(`/r2/transcription/${requestId}/reviewed_result.json`)
+      .set('authorization', `Bearer ${key}`);
     expect(reviewed.body).to.have.property('changes').that.is.an('array');
     expect(reviewed.body.segments).to.have.length(r.segments.length);
-    const other = await request(t.server).get(`/r2/transcription/${requestId}/result.json`).set('authorization', `Bearer ${otherKey}`);
+    const other = await request(t.server)
+      .get(`/r2/transcription/${requestId}/result.json`)
+      .set('authorization', `Bearer ${otherKey}`);
     expect(other.status).to.equal(404);
     expect(other.body).to.have.property('error').that.is.a('string');
 
     // Webhook: Standard Webhooks signature over the raw body, raw and reviewed results.
     const hook = await waitFor(async () => files.posts.find((p) => p.path === '/hook'));
-    const verified = new Webhook(TEST_WEBHOOK_SECRET).verify(hook.body, hook.headers as Record<string, string>) as {
+    const verified = new Webhook(TEST_WEBHOOK_SECRET).verify(
+      hook.body,
+      hook.headers as Record<string, string>,
+    ) as {
       type: string;
       data: { workflow_id: string; result: unknown; reviewed_result: { changes: unknown[] } };
     };
@@ -185,7 +241,11 @@ describe('batch: workflow end to end', function () {
   });
 
   it('polls on all three paths; other tenants and unknown ids get 404', async () => {
-    for (const p of [`/v1/audio/transcriptions/jobs/${workflowId}`, `/v1/audio/transcriptions/${workflowId}`, `/${workflowId}`]) {
+    for (const p of [
+      `/v1/audio/transcriptions/jobs/${workflowId}`,
+      `/v1/audio/transcriptions/${workflowId}`,
+      `/${workflowId}`,
+    ]) {
       const r = await request(t.server).get(p).set('authorization', `Bearer ${key}`);
       expect(r.status, p).to.equal(200);
       expect(r.body.workflow_id).to.equal(workflowId);
@@ -194,7 +254,11 @@ describe('batch: workflow end to end', function () {
       expect(o.body.error).to.be.a('string');
     }
     const unknown = `cf_${'0'.repeat(64)}`;
-    for (const p of [`/v1/audio/transcriptions/jobs/${unknown}`, `/v1/audio/transcriptions/${unknown}`, `/${unknown}`]) {
+    for (const p of [
+      `/v1/audio/transcriptions/jobs/${unknown}`,
+      `/v1/audio/transcriptions/${unknown}`,
+      `/${unknown}`,
+    ]) {
       const r = await request(t.server).get(p).set('authorization', `Bearer ${key}`);
       expect(r.status, p).to.equal(404);
     }
@@ -207,7 +271,12 @@ describe('batch: workflow end to end', function () {
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: `${files.url}/talk.wav`, request_id: requestId, segment_seconds: 10, concurrency: 2 });
+      .send({
+        audio_url: `${files.url}/talk.wav`,
+        request_id: requestId,
+        segment_seconds: 10,
+        concurrency: 2,
+      });
     expect(sub.status).to.equal(202);
     expect(sub.body.workflow_id).to.not.equal(workflowId);
     resubmittedId = sub.body.workflow_id;
@@ -216,10 +285,16 @@ describe('batch: workflow end to end', function () {
     expect(t.engineCalls.length).to.equal(before);
     expect(done.body.output.report).to.include({ chunks_reused: 3, chunks_transcribed: 0 });
     // Without review this time: the first run's review files are gone, the prefix holds this run's table.
-    const stored = (await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)).sort();
-    expect(stored).to.deep.equal(['chunk_0', 'chunk_1', 'chunk_2', 'result'].map((k) => `transcription/${requestId}/${k}.json`));
+    const stored = (
+      await tenantStore(t.runtime.store, 'tenant-a').list(`transcription/${requestId}/`)
+    ).sort();
+    expect(stored).to.deep.equal(
+      ['chunk_0', 'chunk_1', 'chunk_2', 'result'].map((k) => `transcription/${requestId}/${k}.json`),
+    );
     expect(done.body.output.report.artifacts).to.have.members(stored);
-    expect(done.body.output.result.segments.map((s: { text: string }) => s.text)).to.deep.equal(firstResult.segments.map((s) => s.text));
+    expect(done.body.output.result.segments.map((s: { text: string }) => s.text)).to.deep.equal(
+      firstResult.segments.map((s) => s.text),
+    );
   });
 
   it('a single chunk at concurrency 2 keeps both decoders busy: its utterances go to the engine in parallel', async () => {
@@ -290,7 +365,9 @@ describe('batch: workflow end to end', function () {
 
   it('errors a job that would exceed the plan audio budget of the billing window', async () => {
     const budget = await issueKey(t, { ownerId: 'tenant-budget', plan: 'budget' });
-    await t.deps.db('usage_events').insert({ key_id: budget.id, plane: 'segment', ref_id: randomId('usage'), audio_seconds: 90 });
+    await t.deps
+      .db('usage_events')
+      .insert({ key_id: budget.id, plane: 'segment', ref_id: randomId('usage'), audio_seconds: 90 });
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${budget.key}`)
@@ -305,7 +382,10 @@ describe('batch: workflow end to end', function () {
   it('bills each workflow once, for the audio it had transcribed (reused checkpoints are free)', async () => {
     const row = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: workflowId }).first();
     expect(row.audio_seconds).to.be.closeTo(duration, 0.05);
-    const resubmitted = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: resubmittedId }).first();
+    const resubmitted = await t.deps
+      .db('usage_events')
+      .where({ plane: 'batch', ref_id: resubmittedId })
+      .first();
     expect(resubmitted.audio_seconds).to.equal(0);
   });
 });
@@ -336,12 +416,19 @@ describe('batch: review through a remote OpenAI-compatible reviewer', function (
         }
         const issues = [{ text: 'norland', suggestion: 'Norland', why: 'place name' }];
         res.setHeader('content-type', 'application/json');
-        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.stringify({ issues }) } }] }));
+        res.end(
+          JSON.stringify({
+            choices: [{ message: { role: 'assistant', content: JSON.stringify({ issues }) } }],
+          }),
+        );
       });
     });
     await new Promise<void>((r) => reviewer.listen(0, '127.0.0.1', r));
     const port = (reviewer.address() as net.AddressInfo).port;
-    t = await createBatchTestApp({ REVIEW_API_URL: `http://127.0.0.1:${port}/v1`, REVIEW_MODEL: 'stand-in' }, { start: true });
+    t = await createBatchTestApp(
+      { REVIEW_API_URL: `http://127.0.0.1:${port}/v1`, REVIEW_MODEL: 'stand-in' },
+      { start: true },
+    );
   });
   after(async () => {
     await t?.close();
@@ -356,19 +443,34 @@ describe('batch: review through a remote OpenAI-compatible reviewer', function (
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: `${files.url}/a.wav`, request_id: requestId, review: true, metadata: { known_terms: ['Norland'] } });
+      .send({
+        audio_url: `${files.url}/a.wav`,
+        request_id: requestId,
+        review: true,
+        metadata: { known_terms: ['Norland'] },
+      });
     expect(sub.status).to.equal(202);
-    const done = await waitFor(async () => {
-      const r = await request(t.server).get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`).set('authorization', `Bearer ${key}`);
-      return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
-    }, 90_000, 200);
+    const done = await waitFor(
+      async () => {
+        const r = await request(t.server)
+          .get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`)
+          .set('authorization', `Bearer ${key}`);
+        return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
+      },
+      90_000,
+      200,
+    );
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
     expect(done.body.output.review.reviewer).to.deep.equal({ annotate: 'llm:stand-in', correct: 'offline' });
     expect(calls).to.deep.equal(['annotate', 'correct']);
-    const annotated = await request(t.server).get(`/r2/transcription/${requestId}/review_chunk_0.json`).set('authorization', `Bearer ${key}`);
+    const annotated = await request(t.server)
+      .get(`/r2/transcription/${requestId}/review_chunk_0.json`)
+      .set('authorization', `Bearer ${key}`);
     expect(annotated.body).to.include({ reviewer: 'llm:stand-in' });
     expect(annotated.body.issues[0]).to.include({ suggestion: 'Norland' });
-    const reviewed = await request(t.server).get(`/r2/transcription/${requestId}/reviewed_result.json`).set('authorization', `Bearer ${key}`);
+    const reviewed = await request(t.server)
+      .get(`/r2/transcription/${requestId}/reviewed_result.json`)
+      .set('authorization', `Bearer ${key}`);
     expect(reviewed.body.reviewer).to.deep.equal({ annotate: 'llm:stand-in', correct: 'offline' });
     expect(reviewed.body.changes).to.be.an('array');
   });

@@ -36,7 +36,10 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
-export async function createTestApp(env: Record<string, string | undefined> = {}, opts: { db?: TestDatabase } = {}): Promise<TestApp> {
+export async function createTestApp(
+  env: Record<string, string | undefined> = {},
+  opts: { db?: TestDatabase } = {},
+): Promise<TestApp> {
   const db = opts.db ?? (await createTestDatabase());
   const config = loadConfig({
     GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN,
@@ -69,6 +72,10 @@ export async function issueKey(
   t: TestApp,
   input: { ownerId?: string; plan?: string; expiresAt?: Date } = {},
 ): Promise<{ key: string; id: string }> {
-  const rec = await t.deps.keys.issue({ ownerId: input.ownerId ?? 'tenant-a', plan: input.plan ?? 'free', expiresAt: input.expiresAt });
+  const rec = await t.deps.keys.issue({
+    ownerId: input.ownerId ?? 'tenant-a',
+    plan: input.plan ?? 'free',
+    expiresAt: input.expiresAt,
+  });
   return { key: rec.key!, id: rec.id };
 }

@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { createDb, migrateLatest } from '../../shared/db/index.js';
 
-export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+export const TEST_DATABASE_URL =
+  process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 export const TEST_REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 function withDatabase(url: string, name: string): string {

@@ -17,7 +17,10 @@ const AUDIO_DIR = path.resolve(here, '../../../shared/test-audio');
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];
-  for (const f of fs.readdirSync(AUDIO_DIR).filter((n) => n.endsWith('.wav')).sort()) {
+  for (const f of fs
+    .readdirSync(AUDIO_DIR)
+    .filter((n) => n.endsWith('.wav'))
+    .sort()) {
     const buf = fs.readFileSync(path.join(AUDIO_DIR, f));
     const at = buf.indexOf('data');
     parts.push(buf.subarray(at + 8, at + 8 + buf.readUInt32LE(at + 4)));
@@ -92,7 +95,8 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       ws.on('open', () => {
         connectMs.push(performance.now() - t0);
         // Each client starts at a different place in the speech so utterances do not align.
-        let off = ((i * 7919 * frameBytes) % audio.length) - (((i * 7919 * frameBytes) % audio.length) % frameBytes);
+        let off =
+          ((i * 7919 * frameBytes) % audio.length) - (((i * 7919 * frameBytes) % audio.length) % frameBytes);
         const started = Date.now();
         let sent = 0;
         const tick = () => {
@@ -116,7 +120,8 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       ws.on('message', (data, isBinary) => {
         if (isBinary) return;
         const ev = JSON.parse(data.toString());
-        if (ev.type === 'input_audio_buffer.speech_stopped') stoppedAt.set(ev.utterance_index, performance.now());
+        if (ev.type === 'input_audio_buffer.speech_stopped')
+          stoppedAt.set(ev.utterance_index, performance.now());
         else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
           utterances++;
           if (ev.error) failedUtterances++;
@@ -164,7 +169,8 @@ function arg(name: string, fallback?: string): string {
 if (import.meta.url === `file://${process.argv[1]}`) {
   const url = arg('url', 'ws://127.0.0.1:8081/v1/audio/transcriptions/stream');
   const host = new URL(url).hostname;
-  if (!['127.0.0.1', 'localhost', '::1', '[::1]'].includes(host)) throw new Error('load tests target loopback only');
+  if (!['127.0.0.1', 'localhost', '::1', '[::1]'].includes(host))
+    throw new Error('load tests target loopback only');
   const r = await runLoad({
     url,
     headers: { authorization: `Bearer ${arg('key')}` },

@@ -42,9 +42,19 @@ describe('admin API', () => {
     const d = res.body.data;
     expect(res.body.ok).to.equal(true);
     expect(d.key).to.match(/^sk-[A-Za-z0-9]{32,}$/);
-    expect(d.keyPrefix).to.equal(d.key.slice(0, 12)).and.match(/^sk-.{9}$/);
+    expect(d.keyPrefix)
+      .to.equal(d.key.slice(0, 12))
+      .and.match(/^sk-.{9}$/);
     expect(d.lastFour).to.equal(d.key.slice(-4));
-    expect(d).to.include({ ownerId: 'acme', plan: 'pro', status: 'active', label: 'ci', expiresAt: null, revokedAt: null, lastUsedAt: null });
+    expect(d).to.include({
+      ownerId: 'acme',
+      plan: 'pro',
+      status: 'active',
+      label: 'ci',
+      expiresAt: null,
+      revokedAt: null,
+      lastUsedAt: null,
+    });
     expect(d.limits.maxRequestsPerMinute).to.be.a('number');
     expect(new Date(d.createdAt).toISOString()).to.equal(d.createdAt);
 
@@ -94,13 +104,18 @@ describe('admin API', () => {
     const envelope = (body: any, code: string) => {
       expect(body.ok).to.equal(false);
       expect(body.error.code).to.equal(code);
-      expect(body.error.message).to.be.a('string').and.not.match(/at .*\.ts:\d+/);
+      expect(body.error.message)
+        .to.be.a('string')
+        .and.not.match(/at .*\.ts:\d+/);
       expect(body.error.retryable).to.be.a('boolean');
     };
 
     it('401 admin_unauthorized for a missing, wrong or non-Bearer token', async () => {
       envelope((await request(t.server).get(KEYS).expect(401)).body, 'admin_unauthorized');
-      envelope((await request(t.server).get(KEYS).set('Authorization', 'Bearer nope').expect(401)).body, 'admin_unauthorized');
+      envelope(
+        (await request(t.server).get(KEYS).set('Authorization', 'Bearer nope').expect(401)).body,
+        'admin_unauthorized',
+      );
       envelope(
         (await request(t.server).get(KEYS).set('Authorization', `Basic ${ADMIN_TOKEN}`).expect(401)).body,
         'admin_unauthorized',
@@ -109,29 +124,65 @@ describe('admin API', () => {
     });
 
     it('400 invalid_plan for an unknown plan', async () => {
-      envelope((await request(t.server).post(KEYS).set(admin).send({ plan: 'gold' }).expect(400)).body, 'invalid_plan');
+      envelope(
+        (await request(t.server).post(KEYS).set(admin).send({ plan: 'gold' }).expect(400)).body,
+        'invalid_plan',
+      );
     });
 
     it('404 key_not_found for unknown or odd ids', async () => {
-      envelope((await request(t.server).get(`${KEYS}/key_nope`).set(admin).expect(404)).body, 'key_not_found');
-      envelope((await request(t.server).delete(`${KEYS}/%27%3Bdrop`).set(admin).expect(404)).body, 'key_not_found');
+      envelope(
+        (await request(t.server).get(`${KEYS}/key_nope`).set(admin).expect(404)).body,
+        'key_not_found',
+      );
+      envelope(
+        (await request(t.server).delete(`${KEYS}/%27%3Bdrop`).set(admin).expect(404)).body,
+        'key_not_found',
+      );
     });
 
     it('404 not_found for unknown admin routes', async () => {
-      envelope((await request(t.server).get('/v1/external-transcription/nope').set(admin).expect(404)).body, 'not_found');
+      envelope(
+        (await request(t.server).get('/v1/external-transcription/nope').set(admin).expect(404)).body,
+        'not_found',
+      );
     });
 
     it('400 for non-JSON, wrong types, unknown fields, bad dates; 413 for oversized bodies', async () => {
-      const bad = async (req: request.Test, status: number, code: string) => envelope((await req.expect(status)).body, code);
-      await bad(request(t.server).post(KEYS).set(admin).set('Content-Type', 'application/json').send('{nope'), 400, 'invalid_json');
-      await bad(request(t.server).post(KEYS).set(admin).set('Content-Type', 'text/plain').send('hello'), 400, 'invalid_json');
+      const bad = async (req: request.Test, status: number, code: string) =>
+        envelope((await req.expect(status)).body, code);
+      await bad(
+        request(t.server).post(KEYS).set(admin).set('Content-Type', 'application/json').send('{nope'),
+        400,
+        'invalid_json',
+      );
+      await bad(
+        request(t.server).post(KEYS).set(admin).set('Content-Type', 'text/plain').send('hello'),
+        400,
+        'invalid_json',
+      );
       await bad(request(t.server).post(KEYS).set(admin).send([1, 2]), 400, 'invalid_json');
       await bad(request(t.server).post(KEYS).set(admin).send({ plan: 7 }), 400, 'invalid_request');
       await bad(request(t.server).post(KEYS).set(admin).send({ colour: 'red' }), 400, 'invalid_request');
-      await bad(request(t.server).post(KEYS).set(admin).send({ expires_at: 'tomorrow' }), 400, 'invalid_request');
-      await bad(request(t.server).post(KEYS).set(admin).send({ expires_at: '2001-01-01T00:00:00Z' }), 400, 'invalid_request');
+      await bad(
+        request(t.server).post(KEYS).set(admin).send({ expires_at: 'tomorrow' }),
+        400,
+        'invalid_request',
+      );
+      await bad(
+        request(t.server).post(KEYS).set(admin).send({ expires_at: '2001-01-01T00:00:00Z' }),
+        400,
+        'invalid_request',
+      );
       await bad(request(t.server).get(`${KEYS}?owner_id=a&owner_id=b`).set(admin), 400, 'invalid_request');
-      await bad(request(t.server).post(KEYS).set(admin).send({ label: 'x'.repeat(2 * 1024 * 1024) }), 413, 'payload_too_large');
+      await bad(
+        request(t.server)
+          .post(KEYS)
+          .set(admin)
+          .send({ label: 'x'.repeat(2 * 1024 * 1024) }),
+        413,
+        'payload_too_large',
+      );
     });
   });
 });

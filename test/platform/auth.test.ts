@@ -27,10 +27,24 @@ describe('authentication of transcription routes (shared/auth)', () => {
 
   it('refuses a missing key (missing_api_key), a wrong scheme or malformed/unknown key (invalid_api_key)', async () => {
     expect(codeOf(await request(a.server).post(TOKEN).expect(401))).to.equal('missing_api_key');
-    expect(codeOf(await request(a.server).post(TOKEN).set('Authorization', 'Basic abc').expect(401))).to.equal('invalid_api_key');
-    expect(codeOf(await request(a.server).post(TOKEN).set(bearer('sk-short')).expect(401))).to.equal('invalid_api_key');
-    expect(codeOf(await request(a.server).post(TOKEN).set(bearer('sk-' + 'x'.repeat(40))).expect(401))).to.equal('invalid_api_key');
-    const res = await request(a.server).post(TOKEN).set(bearer('sk-' + 'y'.repeat(40))).expect(401);
+    expect(
+      codeOf(await request(a.server).post(TOKEN).set('Authorization', 'Basic abc').expect(401)),
+    ).to.equal('invalid_api_key');
+    expect(codeOf(await request(a.server).post(TOKEN).set(bearer('sk-short')).expect(401))).to.equal(
+      'invalid_api_key',
+    );
+    expect(
+      codeOf(
+        await request(a.server)
+          .post(TOKEN)
+          .set(bearer('sk-' + 'x'.repeat(40)))
+          .expect(401),
+      ),
+    ).to.equal('invalid_api_key');
+    const res = await request(a.server)
+      .post(TOKEN)
+      .set(bearer('sk-' + 'y'.repeat(40)))
+      .expect(401);
     expect(res.body.error).to.include({ type: 'authentication_error' });
     expect(res.headers['www-authenticate']).to.equal('Bearer');
   });
@@ -43,14 +57,21 @@ describe('authentication of transcription routes (shared/auth)', () => {
     const verified = await a.deps.auth.authenticateSessionToken(res.body.token);
     expect(verified.ok).to.equal(true);
     // Session tokens are not API keys.
-    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(res.body.token)).expect(401))).to.equal('invalid_api_key');
+    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(res.body.token)).expect(401))).to.equal(
+      'invalid_api_key',
+    );
   });
 
   it('refuses tampered, foreign-signed and expired session tokens with invalid_session_token', async () => {
     const { key, id } = await issueKey(a);
     const { token } = (await request(a.server).post(TOKEN).set(bearer(key))).body;
     const tampered = token.slice(0, -2) + (token.endsWith('A') ? 'BB' : 'AA');
-    for (const bad of [tampered, 'rt_garbage', issueSessionToken('other-secret', id, 60).token, issueSessionToken(SESSION_SECRET, id, 60, Date.now() - 61_000).token]) {
+    for (const bad of [
+      tampered,
+      'rt_garbage',
+      issueSessionToken('other-secret', id, 60).token,
+      issueSessionToken(SESSION_SECRET, id, 60, Date.now() - 61_000).token,
+    ]) {
       const r = await a.deps.auth.authenticateSessionToken(bad);
       expect(r.ok).to.equal(false);
       if (!r.ok) expect(r.code).to.equal('invalid_session_token');
@@ -71,9 +92,14 @@ describe('authentication of transcription routes (shared/auth)', () => {
   it('refuses expired keys with expired_api_key', async () => {
     const { key, id } = await issueKey(a, { expiresAt: new Date(Date.now() + 60_000) });
     await request(a.server).post(TOKEN).set(bearer(key)).expect(200);
-    await a.deps.db('api_keys').where({ id }).update({ expires_at: new Date(Date.now() - 1000) });
+    await a.deps
+      .db('api_keys')
+      .where({ id })
+      .update({ expires_at: new Date(Date.now() - 1000) });
     await new Promise((r) => setTimeout(r, a.config.auth.keyCacheTtlMs + 50));
-    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(key)).expect(401))).to.equal('expired_api_key');
+    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(key)).expect(401))).to.equal(
+      'expired_api_key',
+    );
   });
 
   it('a key revoked on one instance is refused by every instance within 2 seconds, and so are its tokens', async () => {
@@ -85,7 +111,9 @@ describe('authentication of transcription routes (shared/auth)', () => {
       .set('Authorization', `Bearer ${a.config.auth.adminToken}`)
       .expect(200);
     const revokedAt = Date.now();
-    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(key)).expect(401))).to.equal('revoked_api_key');
+    expect(codeOf(await request(a.server).post(TOKEN).set(bearer(key)).expect(401))).to.equal(
+      'revoked_api_key',
+    );
     let refusedAfter = -1;
     while (Date.now() - revokedAt < 2000) {
       const res = await request(b.server).post(TOKEN).set(bearer(key));
@@ -111,7 +139,10 @@ describe('authentication of transcription routes (shared/auth)', () => {
     };
     a.deps.db.on('query', count);
     try {
-      const burst = () => Promise.all(Array.from({ length: 20 }, () => request(a.server).post(TOKEN).set(bearer(key)).expect(200)));
+      const burst = () =>
+        Promise.all(
+          Array.from({ length: 20 }, () => request(a.server).post(TOKEN).set(bearer(key)).expect(200)),
+        );
       await burst();
       expect(lookups).to.equal(1);
       await new Promise((r) => setTimeout(r, a.config.auth.keyCacheTtlMs + 50));
@@ -156,8 +187,13 @@ describe('authentication of transcription routes (shared/auth)', () => {
     a.deps.db.on('query', count);
     try {
       const requests = 20;
-      await Promise.all(Array.from({ length: requests }, () => request(a.server).post(TOKEN).set(bearer(key)).expect(200)));
-      const after = await eventuallyValue(async () => (await a.deps.db('api_keys').where({ id }).first()).last_used_at, 5000);
+      await Promise.all(
+        Array.from({ length: requests }, () => request(a.server).post(TOKEN).set(bearer(key)).expect(200)),
+      );
+      const after = await eventuallyValue(
+        async () => (await a.deps.db('api_keys').where({ id }).first()).last_used_at,
+        5000,
+      );
       expect(after).to.be.instanceOf(Date);
       expect(Date.now() - after.getTime()).to.be.lessThan(5000);
       expect(writes, 'batched: far fewer writes than requests').to.be.within(1, requests / 4);
@@ -185,7 +221,10 @@ describe('authentication when the key store is unreachable', () => {
     const { key } = await issueKey(t);
     await request(t.server).post(TOKEN).set(bearer(key)).expect(200);
     // Point a second instance at a port where nothing listens: a real unreachable database.
-    const down = await createTestApp({ AUTH_CACHE_TTL_MS: '0' }, { db: { ...db, url: 'postgres://postgres@127.0.0.1:1/none', drop: async () => {} } });
+    const down = await createTestApp(
+      { AUTH_CACHE_TTL_MS: '0' },
+      { db: { ...db, url: 'postgres://postgres@127.0.0.1:1/none', drop: async () => {} } },
+    );
     try {
       const res = await request(down.server).post(TOKEN).set(bearer(key)).expect(503);
       expect(res.body.error.code).to.equal('auth_unavailable');

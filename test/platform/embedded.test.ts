@@ -9,11 +9,24 @@ import { createTestDatabase } from '../helpers/db.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
 
-function startService(dataDir: string, pgPort: number): Promise<{ child: ChildProcess; out: () => string; baseUrl: string }> {
+function startService(
+  dataDir: string,
+  pgPort: number,
+): Promise<{ child: ChildProcess; out: () => string; baseUrl: string }> {
   // No configuration at all beyond where to keep data and which ports to use.
   const env: Record<string, string> = { PATH: process.env.PATH!, HOME: process.env.HOME ?? '/root' };
-  Object.assign(env, { DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', EMBEDDED_PG_PORT: String(pgPort), LOG_LEVEL: 'warn' });
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  Object.assign(env, {
+    DATA_DIR: dataDir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    EMBEDDED_PG_PORT: String(pgPort),
+    LOG_LEVEL: 'warn',
+  });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
@@ -85,7 +98,13 @@ describe('embedded start (npm start with no configuration)', function () {
       await stop(second.child);
     }
     // Postgres stopped with the service.
-    const probe = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', database: 'postgres', connectionTimeoutMillis: 1000 });
+    const probe = new pg.Client({
+      host: '127.0.0.1',
+      port: pgPort,
+      user: 'postgres',
+      database: 'postgres',
+      connectionTimeoutMillis: 1000,
+    });
     let refused = false;
     await probe.connect().catch(() => (refused = true));
     if (!refused) await probe.end();

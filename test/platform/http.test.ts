@@ -8,7 +8,10 @@ import { createLogger } from '../../shared/logger.js';
 import type { AddressInfo } from 'node:net';
 
 /** /readyz is 503 while the speech engine loads its models; wait for it. */
-async function waitReady(server: Parameters<typeof request>[0], timeoutMs = 20_000): Promise<request.Response> {
+async function waitReady(
+  server: Parameters<typeof request>[0],
+  timeoutMs = 20_000,
+): Promise<request.Response> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const res = await request(server).get('/readyz');
@@ -45,8 +48,18 @@ describe('public endpoints, docs and request handling', () => {
     const result = await new Validator().validate(res.body);
     expect(result.valid, JSON.stringify(result.errors, null, 1)).to.equal(true);
     const issue = res.body.paths['/v1/external-transcription/keys'].post;
-    expect(issue.requestBody.content['application/json'].schema.properties).to.have.keys('owner_id', 'plan', 'label', 'expires_at');
-    for (const p of ['/health', '/readyz', '/v1/external-transcription/plans', '/v1/audio/transcriptions/session-token']) {
+    expect(issue.requestBody.content['application/json'].schema.properties).to.have.keys(
+      'owner_id',
+      'plan',
+      'label',
+      'expires_at',
+    );
+    for (const p of [
+      '/health',
+      '/readyz',
+      '/v1/external-transcription/plans',
+      '/v1/audio/transcriptions/session-token',
+    ]) {
       expect(res.body.paths).to.have.property(p);
     }
   });
@@ -71,7 +84,10 @@ describe('public endpoints, docs and request handling', () => {
     expect(gen.headers['x-request-id']).to.match(/^[0-9a-f-]{36}$/);
     const line = t.logs.lines.map((l) => JSON.parse(l)).find((l) => l.reqId === 'req-abc-123');
     expect(line).to.include({ method: 'GET', path: '/health', status: 200 });
-    const junk = await request(t.server).get('/health').set('X-Request-Id', 'bad id\twith spaces').expect(200);
+    const junk = await request(t.server)
+      .get('/health')
+      .set('X-Request-Id', 'bad id\twith spaces')
+      .expect(200);
     expect(junk.headers['x-request-id']).not.to.include(' ');
   });
 
@@ -82,11 +98,25 @@ describe('public endpoints, docs and request handling', () => {
       .set('Authorization', `Bearer ${ADMIN_TOKEN}`)
       .send({ owner_id: 'log-check' })
       .expect(201);
-    const token = (await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(200)).body.token;
+    const token = (
+      await request(t.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', `Bearer ${key}`)
+        .expect(200)
+    ).body.token;
     await request(t.server).get(`/health?access_token=${token}&key=${key}`).expect(200);
-    await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}x`).expect(401);
-    await request(t.server).get('/v1/external-transcription/keys').set('Authorization', 'Bearer wrong-admin-token-value').expect(401);
-    t.deps.logger.info({ key, token, authorization: `Bearer ${key}` }, `something mentioned ${key} and ${token}`);
+    await request(t.server)
+      .post('/v1/audio/transcriptions/session-token')
+      .set('Authorization', `Bearer ${key}x`)
+      .expect(401);
+    await request(t.server)
+      .get('/v1/external-transcription/keys')
+      .set('Authorization', 'Bearer wrong-admin-token-value')
+      .expect(401);
+    t.deps.logger.info(
+      { key, token, authorization: `Bearer ${key}` },
+      `something mentioned ${key} and ${token}`,
+    );
     t.deps.logger.error({ err: new Error(`failed for ${key}`) }, 'error with a key');
     const text = t.logs.text;
     expect(text.length).to.be.greaterThan(0);
@@ -99,12 +129,18 @@ describe('public endpoints, docs and request handling', () => {
 describe('graceful shutdown', () => {
   it('stops accepting, lets a request in flight finish, then closes pools', async () => {
     const t = await createTestApp();
-    const config = { ...t.config, http: { ...t.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 5000 } };
+    const config = {
+      ...t.config,
+      http: { ...t.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 5000 },
+    };
     const api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
     await waitReady(api.server);
     // A handler that takes a while, registered like any route module would be.
     let delayed = false;
-    t.deps.readiness.push({ name: 'slow', check: () => new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300)) });
+    t.deps.readiness.push({
+      name: 'slow',
+      check: () => new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300)),
+    });
     const slow = http.get(`http://127.0.0.1:${api.port}/readyz`);
     const response = new Promise<number>((resolve, reject) => {
       slow.on('response', (res) => {

@@ -16,7 +16,14 @@ describe('logging', () => {
     const write = accessLogWriter(logger)!;
     const key = 'sk-' + 'k'.repeat(40);
     const cases: Parameters<typeof write>[] = [
-      ['3f0c1a52-8d1e-4c55-9a43-0e4f3b0f2a11', 'POST', '/v1/audio/transcriptions/session-token', 200, 0.4, 'key_0123456789abcdef01234567'],
+      [
+        '3f0c1a52-8d1e-4c55-9a43-0e4f3b0f2a11',
+        'POST',
+        '/v1/audio/transcriptions/session-token',
+        200,
+        0.4,
+        'key_0123456789abcdef01234567',
+      ],
       ['req-abc-123', 'GET', '/health', 404, 12, undefined],
       ['req-sampled', 'GET', '/health', 200, 0.2, undefined, 0.05],
       [key, 'GET', `/v1/${key}/"quoted"\\back/é`, 401, 1.5, undefined],
@@ -42,8 +49,14 @@ describe('logging', () => {
     try {
       const { key } = await issueKey(t, { plan: 'pro' });
       for (let i = 0; i < 20; i++) await request(t.server).get('/health').expect(200);
-      await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', `Bearer ${key}`).expect(200);
-      await request(t.server).post('/v1/audio/transcriptions/session-token').set('Authorization', 'Bearer sk-unknownunknownunknown').expect(401);
+      await request(t.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', `Bearer ${key}`)
+        .expect(200);
+      await request(t.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('Authorization', 'Bearer sk-unknownunknownunknown')
+        .expect(401);
       await request(t.server).get('/no/such/route').expect(404);
       const access = t.logs.lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request');
       expect(access.map((l) => l.status)).to.deep.equal([401, 404]);
@@ -55,7 +68,8 @@ describe('logging', () => {
 
   it('refuses an ACCESS_LOG_SAMPLE outside (0, 1]', async () => {
     const { loadConfig } = await import('../../shared/config/index.js');
-    for (const bad of ['0', '1.5', '-1', 'half']) expect(() => loadConfig({ ACCESS_LOG_SAMPLE: bad })).to.throw(/ACCESS_LOG_SAMPLE/);
+    for (const bad of ['0', '1.5', '-1', 'half'])
+      expect(() => loadConfig({ ACCESS_LOG_SAMPLE: bad })).to.throw(/ACCESS_LOG_SAMPLE/);
     expect(loadConfig({}).accessLogSample).to.equal(1);
   });
 
@@ -73,11 +87,18 @@ describe('logging', () => {
       if (process.argv[1] === 'crash') throw new Error('boom');
       process.exit(0);`;
     for (const how of ['exit', 'crash']) {
-      const out = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, how], { cwd: root })
+      const out = await promisify(execFile)(
+        process.execPath,
+        ['--import', 'tsx', '--input-type=module', '-e', script, how],
+        { cwd: root },
+      )
         .then((r) => ({ ...r, code: 0 }))
         .catch((err: { stdout: string; code: number }) => err);
       expect(out.code).to.equal(how === 'crash' ? 1 : 0);
-      const lines = out.stdout.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+      const lines = out.stdout
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l));
       expect(lines.map((l) => l.msg)).to.deep.equal(['line', 'line', 'line', 'line', 'line', 'from b']);
     }
   });

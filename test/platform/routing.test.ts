@@ -18,12 +18,16 @@ function seen(ctx: Koa.Context & Record<string, unknown>, by: string) {
 }
 
 function build(dispatch: (r: Router) => Koa.Middleware, router = new Router()): Koa {
-  router.get('/a', async (ctx, next) => {
-    ctx.state.trail = ['before'];
-    await next();
-  }, (ctx) => {
-    ctx.body = seen(ctx, 'a');
-  });
+  router.get(
+    '/a',
+    async (ctx, next) => {
+      ctx.state.trail = ['before'];
+      await next();
+    },
+    (ctx) => {
+      ctx.body = seen(ctx, 'a');
+    },
+  );
   router.post('/a', (ctx) => {
     ctx.body = seen(ctx, 'post a');
   });
@@ -52,7 +56,15 @@ describe('routing: exact-path index in front of @koa/router', () => {
   it('indexes the literal routes and leaves parameter routes to the router', () => {
     const router = new Router();
     build((r) => r.routes() as unknown as Koa.Middleware, router);
-    expect(indexedRoutes(router).sort()).to.deep.equal(['GET /a', 'GET /b', 'GET /x/y', 'HEAD /a', 'HEAD /b', 'HEAD /x/y', 'POST /a']);
+    expect(indexedRoutes(router).sort()).to.deep.equal([
+      'GET /a',
+      'GET /b',
+      'GET /x/y',
+      'HEAD /a',
+      'HEAD /b',
+      'HEAD /x/y',
+      'POST /a',
+    ]);
   });
 
   const cases: [string, string][] = [
@@ -72,11 +84,13 @@ describe('routing: exact-path index in front of @koa/router', () => {
   for (const [method, path] of cases) {
     it(`${method} ${path} is answered exactly as the router answers it`, async () => {
       const call = (app: ReturnType<Koa['callback']>) =>
-        request(app)[method.toLowerCase() as 'get'](path).then((res) => ({
-          status: res.status,
-          body: res.body,
-          allow: res.headers.allow,
-        }));
+        request(app)
+          [method.toLowerCase() as 'get'](path)
+          .then((res) => ({
+            status: res.status,
+            body: res.body,
+            allow: res.headers.allow,
+          }));
       const [a, b] = [await call(viaRouter), await call(viaIndex)];
       expect(b).to.deep.equal(a);
     });

@@ -49,7 +49,10 @@ describe('realtime: speech client in a worker thread', function () {
       try {
         const p = engine.transcribe({ pcm, signal: ac.signal });
         setTimeout(() => ac.abort(), 50);
-        const err = await p.then(() => null, (e: unknown) => e);
+        const err = await p.then(
+          () => null,
+          (e: unknown) => e,
+        );
         expect(err).to.be.instanceOf(SpeechError);
       } finally {
         worker.child.kill('SIGCONT');
@@ -60,7 +63,10 @@ describe('realtime: speech client in a worker thread', function () {
     await worker.kill();
     const down = await ThreadedEngine.start(env);
     try {
-      const err = await down.transcribe({ pcm: Buffer.alloc(3200) }).then(() => null, (e: unknown) => e);
+      const err = await down.transcribe({ pcm: Buffer.alloc(3200) }).then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(err).to.be.instanceOf(SpeechError);
       expect((err as SpeechError).code).to.equal('transcription_failed');
     } finally {

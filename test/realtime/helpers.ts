@@ -84,20 +84,23 @@ export function testVadPool(config: Config): SileroPool {
 /** Segmentation in the test's own thread (events are synchronous): deterministic tests. */
 export function testVad(config: Config): VadService {
   const v = config.realtime.vad;
-  return new InlineVad(testVadPool(config), { gateDbfs: v.gateDbfs, releaseAfterMs: v.releaseAfterMs, holdDb: v.holdDb, maxSkip: v.maxSkip });
+  return new InlineVad(testVadPool(config), {
+    gateDbfs: v.gateDbfs,
+    releaseAfterMs: v.releaseAfterMs,
+    holdDb: v.holdDb,
+    maxSkip: v.maxSkip,
+  });
 }
 
-export async function createRealtimeContext(
-  opts: {
-    env?: Record<string, string>;
-    engine: SpeechEngine;
-    redis?: boolean;
-    testDb?: TestDatabase;
-    redisPrefix?: string;
-    /** Defaults to inline segmentation on the shared pool. */
-    vad?: VadService;
-  },
-): Promise<RealtimeTestContext> {
+export async function createRealtimeContext(opts: {
+  env?: Record<string, string>;
+  engine: SpeechEngine;
+  redis?: boolean;
+  testDb?: TestDatabase;
+  redisPrefix?: string;
+  /** Defaults to inline segmentation on the shared pool. */
+  vad?: VadService;
+}): Promise<RealtimeTestContext> {
   const testDb = opts.testDb ?? (await createTestDatabase('stt_rt'));
   const config = loadConfig({
     GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
@@ -205,7 +208,11 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
               res();
             } else if (closeInfo) {
               cleanup();
-              rej(new Error(`closed ${closeInfo.code} ${closeInfo.reason} before condition; events: ${events.map((e) => e.type).join(',')}`));
+              rej(
+                new Error(
+                  `closed ${closeInfo.code} ${closeInfo.reason} before condition; events: ${events.map((e) => e.type).join(',')}`,
+                ),
+              );
             }
           };
           const t = setTimeout(() => {
@@ -235,7 +242,7 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
           if (ws.readyState !== WebSocket.OPEN) return;
           ws.send(pcm.subarray(off, Math.min(pcm.length, off + frame)));
           if (pace > 0) {
-            const due = t0 + ((off + frame) / 32 / pace);
+            const due = t0 + (off + frame) / 32 / pace;
             const wait = due - Date.now();
             if (wait > 0) await new Promise((r) => setTimeout(r, wait));
           } else if ((off / frame) % 50 === 49) {
@@ -250,7 +257,13 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
       res.on('data', (c: Buffer) => (body += c));
       res.on('end', () => {
         req.destroy();
-        reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, headers: res.headers, body }));
+        reject(
+          Object.assign(new Error(`HTTP ${res.statusCode}`), {
+            status: res.statusCode,
+            headers: res.headers,
+            body,
+          }),
+        );
       });
     });
     ws.once('error', reject);
@@ -260,5 +273,9 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
 export const bearer = (key: string) => ({ headers: { authorization: `Bearer ${key}` } });
 
 export function words(s: string): string[] {
-  return s.toLowerCase().replace(/[^a-z' ]/g, ' ').split(/\s+/).filter(Boolean);
+  return s
+    .toLowerCase()
+    .replace(/[^a-z' ]/g, ' ')
+    .split(/\s+/)
+    .filter(Boolean);
 }

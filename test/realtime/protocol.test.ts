@@ -25,7 +25,11 @@ const AUSTEN = readPcm('librivox-austen-0880.wav');
 
 /** Upstream requests reach the worker asynchronously: waits until `n` transcriptions have. */
 const transcriptionsReach = (upstream: SpeechUpstream, n: number) =>
-  eventually(async () => upstream.transcriptions().length, (k) => k >= n, 10_000);
+  eventually(
+    async () => upstream.transcriptions().length,
+    (k) => k >= n,
+    10_000,
+  );
 
 describe('realtime protocol, real engine worker', function () {
   this.timeout(60_000);
@@ -43,7 +47,12 @@ describe('realtime protocol, real engine worker', function () {
         engine: upstream.engine,
         env: {
           PLANS_JSON: JSON.stringify({
-            tiny: { maxConcurrentConnections: 5, maxSessionSeconds: 2, idleTimeoutSeconds: 1, maxAudioSecondsPerSession: 900 },
+            tiny: {
+              maxConcurrentConnections: 5,
+              maxSessionSeconds: 2,
+              idleTimeoutSeconds: 1,
+              maxAudioSecondsPerSession: 900,
+            },
             short: { maxConcurrentConnections: 5, maxAudioSecondsPerSession: 3 },
             window: { maxConcurrentConnections: 5, maxAudioSecondsPerWindow: 20 },
             one: { maxConcurrentConnections: 5, maxConcurrentUtterances: 1 },
@@ -63,7 +72,9 @@ describe('realtime protocol, real engine worker', function () {
 
     it('sends session.created at once with every field of 2.7, remaining audio from real usage', async () => {
       const { key, id } = await ctx.issueKey('free');
-      await ctx.db('usage_events').insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: 100 });
+      await ctx
+        .db('usage_events')
+        .insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: 100 });
       const c = await connect(ctx.url, bearer(key));
       const ev = await c.next('session.created');
       expect(ev.request_id).to.be.a('string').and.not.empty;
@@ -98,7 +109,9 @@ describe('realtime protocol, real engine worker', function () {
       expect([...completed].sort((a, b) => a - b)).to.deep.equal(idx);
       for (const i of idx) {
         const pos = (t: string) => c.events.findIndex((e) => e.type === t && e.utterance_index === i);
-        expect(pos('input_audio_buffer.speech_started')).to.be.lessThan(pos('input_audio_buffer.speech_stopped'));
+        expect(pos('input_audio_buffer.speech_started')).to.be.lessThan(
+          pos('input_audio_buffer.speech_stopped'),
+        );
         expect(pos('input_audio_buffer.speech_stopped')).to.be.lessThan(pos(COMPLETED));
         const done = c.events[pos(COMPLETED)];
         expect(done.error).to.equal(undefined);
@@ -108,7 +121,9 @@ describe('realtime protocol, real engine worker', function () {
         expect(done.speech_duration_ms).to.be.at.most(done.audio_duration_ms);
         expect(done.latency_ms).to.be.a('number').and.at.least(0);
       }
-      expect(c.of('input_audio_buffer.speech_stopped').every((e) => e.reason === 'end_of_speech')).to.equal(true);
+      expect(c.of('input_audio_buffer.speech_stopped').every((e) => e.reason === 'end_of_speech')).to.equal(
+        true,
+      );
       c.ws.close(1000);
       const closed = await c.closed;
       expect(closed.code).to.equal(1000);
@@ -118,7 +133,10 @@ describe('realtime protocol, real engine worker', function () {
       const { c } = await open();
       const half = AUSTEN.subarray(0, 32000 * 2); // 2 s of speech, no trailing silence
       for (let off = 0; off < half.length; off += 3200) {
-        c.send({ type: 'input_audio_buffer.append', audio: half.subarray(off, off + 3200).toString('base64') });
+        c.send({
+          type: 'input_audio_buffer.append',
+          audio: half.subarray(off, off + 3200).toString('base64'),
+        });
       }
       c.send({ type: 'input_audio_buffer.flush' });
       const stopped = await c.next('input_audio_buffer.speech_stopped');
@@ -156,7 +174,9 @@ describe('realtime protocol, real engine worker', function () {
         something: 1,
       });
       const up = await c.next('session.updated');
-      expect(up.session_id).to.match(/^sess_/).and.not.equal('sess_hijack');
+      expect(up.session_id)
+        .to.match(/^sess_/)
+        .and.not.equal('sess_hijack');
       expect(up.request_id).to.not.equal('req_hijack');
       expect(up.audio).to.deep.equal({ format: 'pcm_s16le', sample_rate: 16000, channels: 1 });
       expect(up.session).to.include({
@@ -174,8 +194,20 @@ describe('realtime protocol, real engine worker', function () {
         vad_smart_split_window_ms: 1000,
         translate_to: 'en',
       });
-      expect(up.ignored_fields).to.include.members(['session_id', 'request_id', 'user_id', 'sample_rate', 'audio', 'something']);
-      for (const [lang, want] of [['mandarin', 'zh'], ['zh-tw', 'zh'], ['AUTO', 'auto'], ['en-US', 'en']]) {
+      expect(up.ignored_fields).to.include.members([
+        'session_id',
+        'request_id',
+        'user_id',
+        'sample_rate',
+        'audio',
+        'something',
+      ]);
+      for (const [lang, want] of [
+        ['mandarin', 'zh'],
+        ['zh-tw', 'zh'],
+        ['AUTO', 'auto'],
+        ['en-US', 'en'],
+      ]) {
         const from = c.events.length;
         c.send({ type: 'session.update', language: lang });
         const ev = await c.next('session.updated', 5000, from);
@@ -246,7 +278,10 @@ describe('realtime protocol, real engine worker', function () {
         [{ type: 'input_audio_buffer.append', audio: 42 }, 'invalid_audio'],
       ];
       // 'AAA=' decodes to 2 bytes (valid); replace with an odd-length payload.
-      cases[5] = [{ type: 'input_audio_buffer.append', audio: Buffer.from([1, 2, 3]).toString('base64') }, 'invalid_audio'];
+      cases[5] = [
+        { type: 'input_audio_buffer.append', audio: Buffer.from([1, 2, 3]).toString('base64') },
+        'invalid_audio',
+      ];
       for (const [msg, code] of cases) {
         const from = c.events.length;
         c.send(msg);
@@ -303,20 +338,28 @@ describe('realtime protocol, real engine worker', function () {
       const res = await c.closed;
       expect(res).to.deep.equal({ code: 1008, reason: 'session_audio_limit' });
       expect(c.of(COMPLETED).length).to.equal(c.of('input_audio_buffer.speech_stopped').length);
-      const rows = await eventually(() => usageRows(ctx, sid), (r) => r.length > 0);
+      const rows = await eventually(
+        () => usageRows(ctx, sid),
+        (r) => r.length > 0,
+      );
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.within(2.9, 3.1);
     });
 
     it('closes 1008 audio_quota_exhausted when the window budget runs out (and at once when none is left)', async () => {
       const { key, id } = await ctx.issueKey('window');
-      await ctx.db('usage_events').insert({ key_id: id, plane: 'segment', ref_id: 'seed-w-' + id, audio_seconds: 18 });
+      await ctx
+        .db('usage_events')
+        .insert({ key_id: id, plane: 'segment', ref_id: 'seed-w-' + id, audio_seconds: 18 });
       const c = await connect(ctx.url, bearer(key));
       const created = await c.next('session.created');
       expect(created.limits.remaining_audio_seconds).to.equal(2);
       await c.stream(AUSTEN);
       expect(await c.closed).to.deep.equal({ code: 1008, reason: 'audio_quota_exhausted' });
-      await eventually(() => usageRows(ctx, created.session_id), (r) => r.length > 0);
+      await eventually(
+        () => usageRows(ctx, created.session_id),
+        (r) => r.length > 0,
+      );
       const c2 = await connect(ctx.url, bearer(key));
       const created2 = await c2.next('session.created');
       expect(created2.limits.remaining_audio_seconds).to.equal(0);
@@ -330,7 +373,10 @@ describe('realtime protocol, real engine worker', function () {
       await new Promise((r) => setTimeout(r, 100));
       c.ws.close(1000);
       await c.closed;
-      const rows = await eventually(() => usageRows(ctx, sid), (r) => r.length > 0);
+      const rows = await eventually(
+        () => usageRows(ctx, sid),
+        (r) => r.length > 0,
+      );
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.closeTo(2, 0.01);
     });
@@ -341,7 +387,10 @@ describe('realtime protocol, real engine worker', function () {
       await c.stream(AUSTEN.subarray(0, 32000)); // 1 s
       await new Promise((r) => setTimeout(r, 100));
       c.ws.terminate();
-      const rows = await eventually(() => usageRows(ctx, sid), (r) => r.length > 0);
+      const rows = await eventually(
+        () => usageRows(ctx, sid),
+        (r) => r.length > 0,
+      );
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
     });
@@ -387,16 +436,33 @@ describe('realtime protocol, real engine worker', function () {
 
     it('vadMaxSpeechMs splits continuous speech (max_duration) and the next segment starts at once', async () => {
       const { c } = await open();
-      c.send({ type: 'session.update', vad_max_speech_ms: 1500, vad_target_speech_ms: 1500, vad_smart_split_window_ms: 0, vad_silence_ms: 2000 });
+      c.send({
+        type: 'session.update',
+        vad_max_speech_ms: 1500,
+        vad_target_speech_ms: 1500,
+        vad_smart_split_window_ms: 0,
+        vad_silence_ms: 2000,
+      });
       await c.next('session.updated');
       await c.stream(Buffer.concat([readPcm('librivox-austen-0890.wav'), silence(2500)]));
-      await c.waitFor((evs) => evs.filter((e) => e.type === COMPLETED).length >= 3 && !evs.some((e, i) => e.type === 'input_audio_buffer.speech_started' && !evs.slice(i).some((x) => x.type === COMPLETED && x.utterance_index === e.utterance_index)), 50_000);
+      await c.waitFor(
+        (evs) =>
+          evs.filter((e) => e.type === COMPLETED).length >= 3 &&
+          !evs.some(
+            (e, i) =>
+              e.type === 'input_audio_buffer.speech_started' &&
+              !evs.slice(i).some((x) => x.type === COMPLETED && x.utterance_index === e.utterance_index),
+          ),
+        50_000,
+      );
       const stops = c.of('input_audio_buffer.speech_stopped');
       const maxed = stops.filter((s) => s.reason === 'max_duration');
       expect(maxed.length).to.be.greaterThan(0);
       for (const s of maxed) {
         expect(s.audio_end_ms - s.audio_start_ms).to.be.at.most(1550);
-        const nextStart = c.of('input_audio_buffer.speech_started').find((e) => e.utterance_index === s.utterance_index + 1);
+        const nextStart = c
+          .of('input_audio_buffer.speech_started')
+          .find((e) => e.utterance_index === s.utterance_index + 1);
         expect(nextStart, 'next segment starts at once').to.exist;
         expect(nextStart!.audio_start_ms).to.equal(s.audio_end_ms);
       }

@@ -12,7 +12,14 @@ import { CONNECTION_SCOPE } from '../../realtime/quota.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { BuiltinEngine } from '../../shared/stt/builtin.js';
-import { createRealtimeContext, connect, bearer, repoRoot, SESSION_SECRET, type RealtimeTestContext } from './helpers.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  repoRoot,
+  SESSION_SECRET,
+  type RealtimeTestContext,
+} from './helpers.js';
 
 async function refusedStatus(url: string, key: string): Promise<number | 'accepted'> {
   try {
@@ -36,7 +43,10 @@ describe('realtime scale-out on one Redis', function () {
 
   before(async () => {
     db = await createTestDatabase('stt_rt_scale');
-    engine = new BuiltinEngine(loadConfig({ STT_THREADS: '1' }).speech.builtin, createLogger({ level: 'warn' }));
+    engine = new BuiltinEngine(
+      loadConfig({ STT_THREADS: '1' }).speech.builtin,
+      createLogger({ level: 'warn' }),
+    );
     await engine.ready();
     a = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
     b = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
@@ -97,7 +107,10 @@ describe('realtime scale-out on one Redis', function () {
     });
     try {
       const port = await new Promise<number>((resolve, reject) => {
-        child.on('message', (m: { type?: string; port?: number }) => m.type === 'realtime.listening' && resolve(m.port!));
+        child.on(
+          'message',
+          (m: { type?: string; port?: number }) => m.type === 'realtime.listening' && resolve(m.port!),
+        );
         child.once('exit', (code) => reject(new Error(`child exited ${code}`)));
         setTimeout(() => reject(new Error('child did not start')), 30_000);
       });

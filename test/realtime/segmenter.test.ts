@@ -3,7 +3,12 @@
  * "speech", so tests build exact speech/silence patterns.
  */
 import { expect } from 'chai';
-import { Segmenter, WINDOW_BYTES, type SegmenterEvent, type SegmenterSettings } from '../../shared/vad/segmenter.js';
+import {
+  Segmenter,
+  WINDOW_BYTES,
+  type SegmenterEvent,
+  type SegmenterSettings,
+} from '../../shared/vad/segmenter.js';
 import type { WindowClassifier } from '../../shared/vad/silero.js';
 
 const BASE: SegmenterSettings = {
@@ -45,7 +50,8 @@ class Loudness {
   }
 }
 
-const stops = (evs: SegmenterEvent[]) => evs.filter((e) => e.type === 'stop') as Extract<SegmenterEvent, { type: 'stop' }>[];
+const stops = (evs: SegmenterEvent[]) =>
+  evs.filter((e) => e.type === 'stop') as Extract<SegmenterEvent, { type: 'stop' }>[];
 
 describe('realtime VAD segmenter policy', () => {
   it('opens after min speech with the prefix, ends after the silence, trailing pad at most the prefix', () => {
@@ -67,7 +73,10 @@ describe('realtime VAD segmenter policy', () => {
   });
 
   it('past the target length ends at the next short pause (target_duration)', () => {
-    const seg = new Segmenter({ ...BASE, targetSpeechMs: 640 }, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const seg = new Segmenter({ ...BASE, targetSpeechMs: 640 }, new Loudness(), {
+      gateDbfs: -50,
+      releaseAfterMs: 10_000,
+    });
     const evs = seg.push(pcm('S'.repeat(25) + 'qqqqq' + 'S'.repeat(5) + 'q'.repeat(12)));
     const s = stops(evs);
     expect(s[0].reason).to.equal('target_duration');
@@ -75,10 +84,14 @@ describe('realtime VAD segmenter policy', () => {
   });
 
   it('at the maximum cuts at the quietest window of the smart-split window; the next utterance starts at once', () => {
-    const seg = new Segmenter({ ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280, smartSplitWindowMs: 320 }, new Loudness(), {
-      gateDbfs: -50,
-      releaseAfterMs: 10_000,
-    });
+    const seg = new Segmenter(
+      { ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280, smartSplitWindowMs: 320 },
+      new Loudness(),
+      {
+        gateDbfs: -50,
+        releaseAfterMs: 10_000,
+      },
+    );
     // 40 windows = max. The quietest window inside the last 10 is index 33 ('m' is quieter than S but still speech).
     const evs = seg.push(pcm('S'.repeat(33) + 'm' + 'S'.repeat(6) + 'S'.repeat(10) + 'q'.repeat(12)));
     const types = evs.map((e) => (e.type === 'stop' ? `stop:${e.reason}` : e.type));
@@ -90,7 +103,10 @@ describe('realtime VAD segmenter policy', () => {
   });
 
   it('without smart split the maximum cuts exactly at the limit', () => {
-    const seg = new Segmenter({ ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280 }, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    const seg = new Segmenter({ ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280 }, new Loudness(), {
+      gateDbfs: -50,
+      releaseAfterMs: 10_000,
+    });
     const s = stops(seg.push(pcm('S'.repeat(45))));
     expect(s[0].reason).to.equal('max_duration');
     expect(s[0].pcm.length).to.equal(40 * WINDOW_BYTES);

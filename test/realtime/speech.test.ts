@@ -65,7 +65,10 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
   before(async () => {
     const logger = createLogger({ level: 'warn' });
     // Generous decode limits: correctness is tested here, speed in benchmarks (CI machines are shared).
-    const inner = createSpeechEngine(loadConfig({ STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '60000' }), logger);
+    const inner = createSpeechEngine(
+      loadConfig({ STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '60000' }),
+      logger,
+    );
     await inner.ready();
     engine = new Recording(inner);
     ctx = await createRealtimeContext({ engine });
@@ -93,7 +96,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     return { done, seen: engine.seen.slice(before), c };
   }
 
-  it('jfk.wav at real-time pace: the completed texts are the engine\'s words for the same audio', async () => {
+  it("jfk.wav at real-time pace: the completed texts are the engine's words for the same audio", async () => {
     const { done, seen } = await streamClip('jfk.wav', 1);
     expect(done.length).to.be.greaterThan(0);
     for (const ev of done) {
@@ -108,7 +111,10 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     }
     const hyp = words(done.map((e) => e.text).join(' '));
     const whole = await engine.inner.transcribe({ pcm: readPcm('jfk.wav'), language: 'en' });
-    expect(overlap(words(whole.text), hyp), `realtime "${hyp.join(' ')}" vs whole clip "${whole.text}"`).to.be.greaterThan(0.6);
+    expect(
+      overlap(words(whole.text), hyp),
+      `realtime "${hyp.join(' ')}" vs whole clip "${whole.text}"`,
+    ).to.be.greaterThan(0.6);
     expect(overlap(words(REFS.get('jfk.wav')!), hyp)).to.be.greaterThan(0.5);
   });
 
@@ -127,7 +133,10 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
   it('silero segments speech where a person pauses, and silence costs no model time', () => {
     const config = loadConfig({});
     const pool = testVadPool(config);
-    const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, { gateDbfs: -50, releaseAfterMs: 500 });
+    const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, {
+      gateDbfs: -50,
+      releaseAfterMs: 500,
+    });
     const evs = [...seg.push(silence(3000))];
     expect(seg.holdsModel, 'digital silence never reaches the model').to.equal(false);
     evs.push(...seg.push(readPcm('jfk.wav')), ...seg.push(silence(1000)));
@@ -155,7 +164,9 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
           return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
         }, 60_000);
         cl.ws.close(1000);
-        return cl.of('input_audio_buffer.speech_stopped').map((e) => `${e.audio_start_ms}-${e.audio_end_ms}:${e.reason}`);
+        return cl
+          .of('input_audio_buffer.speech_stopped')
+          .map((e) => `${e.audio_start_ms}-${e.audio_end_ms}:${e.reason}`);
       };
       const inThreads = await run(tctx);
       const inline = await run(ctx);

@@ -74,7 +74,9 @@ describe('realtime upgrade', function () {
   it('authenticates: missing, malformed, unknown, revoked; sk- in the header; rt_ in access_token or token', async () => {
     expect((await refused(ctx.url)).body.error.code).to.equal('missing_api_key');
     expect((await refused(ctx.url, { authorization: 'Basic abc' })).status).to.equal(401);
-    expect((await refused(ctx.url, { authorization: 'Bearer sk-unknownunknownunknown' })).body.error.code).to.equal('invalid_api_key');
+    expect(
+      (await refused(ctx.url, { authorization: 'Bearer sk-unknownunknownunknown' })).body.error.code,
+    ).to.equal('invalid_api_key');
     const { key, id } = await ctx.issueKey('pro');
     const c = await connect(ctx.url, bearer(key));
     await c.next('session.created');
@@ -85,12 +87,16 @@ describe('realtime upgrade', function () {
       expect((await c2.next('session.created')).plan).to.equal('pro');
       c2.ws.close(1000);
     }
-    expect((await refused(`${ctx.url}?access_token=rt_forged.payload`)).body.error.code).to.equal('invalid_session_token');
+    expect((await refused(`${ctx.url}?access_token=rt_forged.payload`)).body.error.code).to.equal(
+      'invalid_session_token',
+    );
     const expired = issueSessionToken(SESSION_SECRET, id, 60, Date.now() - 120_000).token;
     expect((await refused(`${ctx.url}?token=${expired}`)).body.error.code).to.equal('invalid_session_token');
     const { key: revokedKey, id: revokedId } = await ctx.issueKey('pro');
     await ctx.keys.revoke(revokedId);
-    expect((await refused(ctx.url, { authorization: `Bearer ${revokedKey}` })).body.error.code).to.equal('revoked_api_key');
+    expect((await refused(ctx.url, { authorization: `Bearer ${revokedKey}` })).body.error.code).to.equal(
+      'revoked_api_key',
+    );
   });
 
   it('never accepts an sk- key in the URL', async () => {
@@ -216,7 +222,11 @@ describe('realtime upgrade', function () {
   });
 
   it('answers 503 gateway_disabled when the gateway is disabled (checked before auth)', async () => {
-    const off = await createRealtimeContext({ engine: upstream.engine, env: { REALTIME_ENABLED: 'false' }, testDb: ctx.testDb });
+    const off = await createRealtimeContext({
+      engine: upstream.engine,
+      env: { REALTIME_ENABLED: 'false' },
+      testDb: ctx.testDb,
+    });
     try {
       const r = await refused(off.url);
       expect(r.status).to.equal(503);
@@ -230,16 +240,25 @@ describe('realtime upgrade', function () {
   it('a crashed VAD thread (an unexpected gateway failure) ends its sessions 1011 client_error, still meters, and turns /readyz to 503', async () => {
     const v = loadConfig({}).realtime.vad;
     const threaded = await ThreadedVad.start(1, { ...v, poolWarm: 0, poolMax: 4 });
-    const crashy = await createRealtimeContext({ engine: upstream.engine, vad: threaded, testDb: ctx.testDb });
+    const crashy = await createRealtimeContext({
+      engine: upstream.engine,
+      vad: threaded,
+      testDb: ctx.testDb,
+    });
     try {
       const { key } = await crashy.issueKey('pro');
       const c = await connect(crashy.url, bearer(key));
       const created = await c.next('session.created');
       await c.stream(readPcm('librivox-austen-0880.wav').subarray(0, 32000)); // 1 s
       await new Promise((r) => setTimeout(r, 100));
-      await (threaded as unknown as { lanes: { worker: { terminate(): Promise<number> } }[] }).lanes[0].worker.terminate();
+      await (
+        threaded as unknown as { lanes: { worker: { terminate(): Promise<number> } }[] }
+      ).lanes[0].worker.terminate();
       expect(await c.closed).to.deep.equal({ code: 1011, reason: 'client_error' });
-      const rows = await eventually(() => usageRows(crashy, created.session_id), (r) => r.length > 0);
+      const rows = await eventually(
+        () => usageRows(crashy, created.session_id),
+        (r) => r.length > 0,
+      );
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
       expect(threaded.healthy).to.equal(false);

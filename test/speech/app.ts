@@ -25,7 +25,12 @@ export interface SpeechTestApp {
 
 export async function startSpeechApp(env: Record<string, string> = {}): Promise<SpeechTestApp> {
   const db = await createTestDatabase('stt_speech');
-  const config = loadConfig({ LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', DATA_DIR: 'test/.tmp/data', ...env, DATABASE_URL: db.url });
+  const config = loadConfig({
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    DATA_DIR: 'test/.tmp/data',
+    ...env,
+    DATABASE_URL: db.url,
+  });
   const logger = createLogger({ level: config.logLevel });
   const deps = createDeps(config, logger);
   const modules = (routeModules as object[]).includes(segment) ? routeModules : [...routeModules, segment];

@@ -45,7 +45,28 @@ describe('speech: audio decoding (ffmpeg through pipes)', function () {
     const file = `test/.tmp/moov-at-end-${process.pid}.m4a`;
     const long = Buffer.concat(Array.from({ length: 12 }, () => canonicalWavSamples(wav)!));
     const { spawnSync } = await import('node:child_process');
-    const r = spawnSync('ffmpeg', ['-y', '-loglevel', 'error', '-f', 's16le', '-ar', '16000', '-ac', '1', '-i', 'pipe:0', '-c:a', 'aac', '-b:a', '128k', file], { input: long });
+    const r = spawnSync(
+      'ffmpeg',
+      [
+        '-y',
+        '-loglevel',
+        'error',
+        '-f',
+        's16le',
+        '-ar',
+        '16000',
+        '-ac',
+        '1',
+        '-i',
+        'pipe:0',
+        '-c:a',
+        'aac',
+        '-b:a',
+        '128k',
+        file,
+      ],
+      { input: long },
+    );
     expect(r.status).to.equal(0);
     const m4a = fs.readFileSync(file);
     fs.unlinkSync(file);
@@ -58,7 +79,9 @@ describe('speech: audio decoding (ffmpeg through pipes)', function () {
   });
 
   it('refuses undecodable input with a typed error', async () => {
-    const err = await decodeAudio(Buffer.from('this is not audio at all, just text')).catch((e: unknown) => e);
+    const err = await decodeAudio(Buffer.from('this is not audio at all, just text')).catch(
+      (e: unknown) => e,
+    );
     expect(err).to.be.instanceOf(AudioDecodeError);
     expect((err as AudioDecodeError).code).to.equal('invalid_audio');
   });

@@ -6,7 +6,6 @@ import { createSpeechEngine, SpeechError } from '../../shared/stt/index.js';
 import { toSrt, toVtt } from '../../shared/stt/formats.js';
 import { loadClips, pcmOf, wer } from './helpers.js';
 
-
 describe('speech: built-in PocketSphinx engine (worker threads)', function () {
   this.timeout(60_000);
   let engine: BuiltinEngine;
@@ -87,7 +86,9 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
     const c = loadClips().find((x) => x.file === 'librivox-austen-0880.wav')!;
     const r = await engine.transcribe({ pcm: pcmOf(c.path), workerId: 'builtin-1', language: 'en-US' });
     expect(r.workerId).to.equal('builtin-1');
-    const unknown = await engine.transcribe({ pcm: pcmOf(c.path), workerId: 'builtin-7' }).catch((e: unknown) => e);
+    const unknown = await engine
+      .transcribe({ pcm: pcmOf(c.path), workerId: 'builtin-7' })
+      .catch((e: unknown) => e);
     expect((unknown as SpeechError).code).to.equal('unknown_worker');
     const lang = await engine.transcribe({ pcm: pcmOf(c.path), language: 'de' }).catch((e: unknown) => e);
     expect(lang).to.be.instanceOf(SpeechError);
@@ -96,7 +97,13 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
 
   it('times out by the documented rules (queue wait; decode base + per audio second) and drops an aborted queued request', async () => {
     const slow = new BuiltinEngine(
-      { ...loadConfig({}).speech.builtin, threads: 1, queueTimeoutMs: 200, timeoutBaseMs: 50, timeoutPerAudioSecondMs: 0 },
+      {
+        ...loadConfig({}).speech.builtin,
+        threads: 1,
+        queueTimeoutMs: 200,
+        timeoutBaseMs: 50,
+        timeoutPerAudioSecondMs: 0,
+      },
       logger,
     );
     try {
@@ -120,7 +127,10 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
   });
 
   it('gives up loudly when decoders cannot load (bad model path), instead of restarting forever', async () => {
-    const broken = new BuiltinEngine({ ...loadConfig({ POCKETSPHINX_HMM: '/nonexistent' }).speech.builtin, threads: 1 }, logger);
+    const broken = new BuiltinEngine(
+      { ...loadConfig({ POCKETSPHINX_HMM: '/nonexistent' }).speech.builtin, threads: 1 },
+      logger,
+    );
     try {
       const err = await broken.ready().catch((e: unknown) => e);
       expect((err as Error).message).to.match(/fail to load/);
@@ -150,7 +160,9 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
     await new Promise((r) => setTimeout(r, 50));
     await busy.close();
     const outcome = await pending;
-    expect(outcome instanceof SpeechError || typeof (outcome as { text?: string }).text === 'string').to.equal(true);
+    expect(
+      outcome instanceof SpeechError || typeof (outcome as { text?: string }).text === 'string',
+    ).to.equal(true);
   });
 
   it('renders SRT and VTT from the segments', () => {
@@ -164,7 +176,11 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
       ],
       words: [],
     };
-    expect(toSrt(t)).to.equal('1\n00:00:00,210 --> 00:00:01,500\nhello world\n\n2\n00:00:02,250 --> 01:01:01,007\nagain\n');
-    expect(toVtt(t)).to.equal('WEBVTT\n\n00:00:00.210 --> 00:00:01.500\nhello world\n\n00:00:02.250 --> 01:01:01.007\nagain\n');
+    expect(toSrt(t)).to.equal(
+      '1\n00:00:00,210 --> 00:00:01,500\nhello world\n\n2\n00:00:02,250 --> 01:01:01,007\nagain\n',
+    );
+    expect(toVtt(t)).to.equal(
+      'WEBVTT\n\n00:00:00.210 --> 00:00:01.500\nhello world\n\n00:00:02.250 --> 01:01:01.007\nagain\n',
+    );
   });
 });

@@ -73,7 +73,9 @@ export function ffmpegConvert(input: Buffer, args: string[]): Promise<Buffer> {
     ff.stdout.on('data', (d: Buffer) => out.push(d));
     ff.stderr.on('data', (d: Buffer) => (err += d));
     ff.stdin.on('error', () => {});
-    ff.on('close', (code) => (code === 0 ? resolve(Buffer.concat(out)) : reject(new Error(`ffmpeg: ${err}`))));
+    ff.on('close', (code) =>
+      code === 0 ? resolve(Buffer.concat(out)) : reject(new Error(`ffmpeg: ${err}`)),
+    );
     ff.stdin.end(input);
   });
 }
@@ -89,7 +91,14 @@ export interface EngineProcess {
 export async function startEngine(env: Record<string, string> = {}): Promise<EngineProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'engine/server.ts')], {
     cwd: REPO_ROOT,
-    env: { ...process.env, ENGINE_HOST: '127.0.0.1', ENGINE_PORT: '0', STT_THREADS: '1', LOG_LEVEL: 'info', ...env },
+    env: {
+      ...process.env,
+      ENGINE_HOST: '127.0.0.1',
+      ENGINE_PORT: '0',
+      STT_THREADS: '1',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';

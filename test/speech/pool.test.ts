@@ -66,7 +66,9 @@ describe('speech: remote worker pool with two engine/ processes', function () {
       const elapsed = Date.now() - started;
       expect(err).to.be.instanceOf(SpeechError);
       expect((err as SpeechError).code).to.equal('transcription_failed');
-      expect((err as SpeechError).message).to.match(/wa: no answer within \d+ ms/).and.match(/wb: no answer within \d+ ms/);
+      expect((err as SpeechError).message)
+        .to.match(/wa: no answer within \d+ ms/)
+        .and.match(/wb: no answer within \d+ ms/);
       expect(elapsed).to.be.within(1550, 1900);
     } finally {
       await pool.close();
@@ -85,10 +87,16 @@ describe('speech: remote worker pool with two engine/ processes', function () {
   });
 
   it('spreads concurrent requests by load and reaches a pinned worker', async () => {
-    const both = await Promise.all([post().attach('file', short, '1.wav'), post().attach('file', short, '2.wav')]);
+    const both = await Promise.all([
+      post().attach('file', short, '1.wav'),
+      post().attach('file', short, '2.wav'),
+    ]);
     expect(both.map((r) => r.headers['x-worker-id']).sort()).to.deep.equal(['wa', 'wb']);
     for (const id of ['wb', 'wa']) {
-      const res = await post().attach('file', short, 'clip.wav').field('worker_id', id).field('response_format', 'json');
+      const res = await post()
+        .attach('file', short, 'clip.wav')
+        .field('worker_id', id)
+        .field('response_format', 'json');
       expect(res.status).to.equal(200);
       expect(res.headers['x-worker-id']).to.equal(id);
     }
@@ -108,7 +116,9 @@ describe('speech: remote worker pool with two engine/ processes', function () {
   it('a caller that gives up does not mark a healthy worker down', async () => {
     const pool = t.deps.speech as RemotePool;
     const aborter = new AbortController();
-    const pending = pool.transcribe({ pcm: pcmOf(clip('jfk.wav').path), signal: aborter.signal }).catch((e: unknown) => e);
+    const pending = pool
+      .transcribe({ pcm: pcmOf(clip('jfk.wav').path), signal: aborter.signal })
+      .catch((e: unknown) => e);
     while (!pool.status().some((w) => w.inFlight > 0)) await new Promise((r) => setTimeout(r, 10));
     aborter.abort();
     const err = await pending;
@@ -119,9 +129,13 @@ describe('speech: remote worker pool with two engine/ processes', function () {
 
   it('a language a worker lacks is tried on the next worker; refused by all, it is 400 unsupported_language and nobody is marked down', async () => {
     const pool = t.deps.speech as RemotePool;
-    const err = await pool.transcribe({ pcm: pcmOf(clip('librivox-austen-0880.wav').path), language: 'fr' }).catch((e: unknown) => e);
+    const err = await pool
+      .transcribe({ pcm: pcmOf(clip('librivox-austen-0880.wav').path), language: 'fr' })
+      .catch((e: unknown) => e);
     expect((err as SpeechError).code).to.equal('unsupported_language');
-    expect((err as SpeechError).message).to.match(/fr/).and.match(/refused by every worker tried: (wa, wb|wb, wa)\)$/);
+    expect((err as SpeechError).message)
+      .to.match(/fr/)
+      .and.match(/refused by every worker tried: (wa, wb|wb, wa)\)$/);
     expect(pool.status().map((w) => w.healthy)).to.deep.equal([true, true]);
     const res = await post().attach('file', short, 'clip.wav').field('language', 'fr');
     expect(res.status).to.equal(400);
@@ -131,19 +145,52 @@ describe('speech: remote worker pool with two engine/ processes', function () {
   it('an engine worker speaks OpenAI: the official SDK works in every response format', async () => {
     const client = new OpenAI({ apiKey: 'unused', baseURL: `${a.url}/v1`, maxRetries: 0 });
     const file = () => toFile(short, 'clip.wav', { type: 'audio/wav' });
-    const verbose = await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'verbose_json' });
+    const verbose = await client.audio.transcriptions.create({
+      file: await file(),
+      model: 'whisper-1',
+      response_format: 'verbose_json',
+    });
     expect(verbose.segments?.[0]).to.include.keys('id', 'start', 'end', 'text', 'avg_logprob');
-    expect((await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1' })).text).to.equal(verbose.text);
-    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'text' })).trim()).to.equal(verbose.text);
-    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'srt' }))).to.match(/^1\n00:00:0/);
-    expect(String(await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'vtt' }))).to.match(/^WEBVTT/);
+    expect(
+      (await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1' })).text,
+    ).to.equal(verbose.text);
+    expect(
+      String(
+        await client.audio.transcriptions.create({
+          file: await file(),
+          model: 'whisper-1',
+          response_format: 'text',
+        }),
+      ).trim(),
+    ).to.equal(verbose.text);
+    expect(
+      String(
+        await client.audio.transcriptions.create({
+          file: await file(),
+          model: 'whisper-1',
+          response_format: 'srt',
+        }),
+      ),
+    ).to.match(/^1\n00:00:0/);
+    expect(
+      String(
+        await client.audio.transcriptions.create({
+          file: await file(),
+          model: 'whisper-1',
+          response_format: 'vtt',
+        }),
+      ),
+    ).to.match(/^WEBVTT/);
     const models = await client.models.list();
     expect(models.data[0].id).to.equal('pocketsphinx-en-us');
   });
 
   it('the transcribe CLI prints text and writes subtitle files, for a file or a whole folder', async () => {
     const cli = (args: string[]) =>
-      spawnSync(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'cli/transcribe.ts'), ...args], { cwd: REPO_ROOT, encoding: 'utf8' });
+      spawnSync(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, 'cli/transcribe.ts'), ...args], {
+        cwd: REPO_ROOT,
+        encoding: 'utf8',
+      });
     const file = clip('librivox-austen-0880.wav').path;
     const text = cli([file, '--url', b.url, '--key', 'sk-unused-by-engine']);
     expect(text.status, text.stderr).to.equal(0);
@@ -151,7 +198,9 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     const out = path.join(REPO_ROOT, `test/.tmp/cli-${process.pid}`);
     const srt = cli([file, '--url', b.url, '--key', 'sk-unused-by-engine', '--format', 'srt', '--out', out]);
     expect(srt.status, srt.stderr).to.equal(0);
-    expect(fs.readFileSync(path.join(out, 'librivox-austen-0880.srt'), 'utf8')).to.match(/^1\n00:00:00,\d{3} --> /);
+    expect(fs.readFileSync(path.join(out, 'librivox-austen-0880.srt'), 'utf8')).to.match(
+      /^1\n00:00:00,\d{3} --> /,
+    );
     fs.rmSync(out, { recursive: true, force: true });
     // A folder: every audio file in it (others skipped), one output file each; text mode prints "file: text".
     const folder = path.join(REPO_ROOT, `test/.tmp/cli-in-${process.pid}`);
@@ -160,10 +209,21 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     fs.copyFileSync(clip('librivox-austen-0870.wav').path, path.join(folder, 'two.wav'));
     fs.writeFileSync(path.join(folder, 'notes.txt'), 'not audio');
     try {
-      const vtt = cli([folder, '--url', b.url, '--key', 'sk-unused-by-engine', '--format', 'vtt', '--out', out]);
+      const vtt = cli([
+        folder,
+        '--url',
+        b.url,
+        '--key',
+        'sk-unused-by-engine',
+        '--format',
+        'vtt',
+        '--out',
+        out,
+      ]);
       expect(vtt.status, vtt.stderr).to.equal(0);
       expect(fs.readdirSync(out).sort()).to.deep.equal(['one.vtt', 'two.vtt']);
-      for (const f of ['one.vtt', 'two.vtt']) expect(fs.readFileSync(path.join(out, f), 'utf8')).to.match(/^WEBVTT\n\n00:00:0/);
+      for (const f of ['one.vtt', 'two.vtt'])
+        expect(fs.readFileSync(path.join(out, f), 'utf8')).to.match(/^WEBVTT\n\n00:00:0/);
       const texts = cli([folder, '--url', b.url, '--key', 'sk-unused-by-engine', '--concurrency', '1']);
       expect(texts.status, texts.stderr).to.equal(0);
       const lines = texts.stdout.trim().split('\n');
@@ -180,7 +240,9 @@ describe('speech: remote worker pool with two engine/ processes', function () {
 
   it('when the primary dies mid-request, the fallback answers with X-Fallback-Used: 1', async () => {
     const pool = t.deps.speech as RemotePool;
-    const pending = post().attach('file', short, 'clip.wav').then((r) => r);
+    const pending = post()
+      .attach('file', short, 'clip.wav')
+      .then((r) => r);
     let primary: string | undefined;
     while (!primary) {
       primary = pool.status().find((w) => w.inFlight > 0)?.id;

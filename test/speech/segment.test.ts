@@ -66,18 +66,26 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
   });
 
   it('transcribes and bills silence and empty clips (200, empty text)', async () => {
-    const before = await t.deps.db('usage_events').where({ key_id: keyId }).count<{ count: string }[]>('* as count');
+    const before = await t.deps
+      .db('usage_events')
+      .where({ key_id: keyId })
+      .count<{ count: string }[]>('* as count');
     const silent = await post().attach('file', silenceWav, 'silence.wav');
     expect(silent.status).to.equal(200);
     expect(silent.body.text).to.equal('');
     expect(silent.body.duration).to.equal(1);
-    const empty = await post().attach('file', pcmToWav(Buffer.alloc(0)), 'empty.wav').field('response_format', 'json');
+    const empty = await post()
+      .attach('file', pcmToWav(Buffer.alloc(0)), 'empty.wav')
+      .field('response_format', 'json');
     expect(empty.status).to.equal(200);
     expect(empty.body).to.deep.equal({ text: '' });
     const zeroBytes = await post().attach('file', Buffer.alloc(0), 'zero.wav');
     expect(zeroBytes.status, JSON.stringify(zeroBytes.body)).to.equal(200);
     expect(zeroBytes.body).to.include({ text: '', duration: 0 });
-    const after = await t.deps.db('usage_events').where({ key_id: keyId }).count<{ count: string }[]>('* as count');
+    const after = await t.deps
+      .db('usage_events')
+      .where({ key_id: keyId })
+      .count<{ count: string }[]>('* as count');
     expect(Number(after[0].count) - Number(before[0].count)).to.equal(3);
   });
 
@@ -103,43 +111,71 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
 
     it('400 missing_file, invalid_audio, invalid_response_format, unsupported_language, unknown_worker', async () => {
       expectError(await post().field('model', 'x'), 400, 'missing_file');
-      expectError(await post().attach('file', Buffer.from('not audio at all'), 'x.wav'), 400, 'invalid_audio');
-      expectError(await post().attach('file', austenWav, 'a.wav').field('response_format', 'xml'), 400, 'invalid_response_format');
-      expectError(await post().attach('file', austenWav, 'a.wav').field('language', 'fr'), 400, 'unsupported_language');
-      expectError(await post().attach('file', austenWav, 'a.wav').field('worker_id', 'nope'), 400, 'unknown_worker');
+      expectError(
+        await post().attach('file', Buffer.from('not audio at all'), 'x.wav'),
+        400,
+        'invalid_audio',
+      );
+      expectError(
+        await post().attach('file', austenWav, 'a.wav').field('response_format', 'xml'),
+        400,
+        'invalid_response_format',
+      );
+      expectError(
+        await post().attach('file', austenWav, 'a.wav').field('language', 'fr'),
+        400,
+        'unsupported_language',
+      );
+      expectError(
+        await post().attach('file', austenWav, 'a.wav').field('worker_id', 'nope'),
+        400,
+        'unknown_worker',
+      );
     });
 
     it('413 file_too_large above the configured cap', async () => {
       const big = Buffer.alloc(1.5 * 1024 * 1024, 1);
-      const res = await post().attach('file', big, 'big.wav').catch((e: { response?: request.Response }) => e.response!);
+      const res = await post()
+        .attach('file', big, 'big.wav')
+        .catch((e: { response?: request.Response }) => e.response!);
       expectError(res, 413, 'file_too_large');
     });
 
     it('413 file_too_large for a chunked upload with no Content-Length, counted while it streams', async () => {
       const boundary = 'b0undary';
-      const res = await new Promise<{ status: number; body: { error: { code: string } } }>((resolve, reject) => {
-        const req = http.request(`${t.url}${SEGMENT_PATH}`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' },
-        });
-        req.on('response', (r) => {
-          let text = '';
-          r.on('data', (d) => (text += d)).on('end', () => resolve({ status: r.statusCode!, body: JSON.parse(text) }));
-        });
-        // The server may close the connection once it has answered: only an error with no answer fails.
-        req.on('error', (err) => setTimeout(() => reject(err), 500));
-        req.write(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\nContent-Type: audio/wav\r\n\r\n`);
-        let sent = 0;
-        const more = () => {
-          // Up to 3 MiB in 64 KiB chunks; the server answers (and stops reading) past 1 MiB.
-          while (sent < 3 * 1024 * 1024) {
-            sent += 64 * 1024;
-            if (!req.write(Buffer.alloc(64 * 1024, 1))) return void req.once('drain', more);
-          }
-          req.end(`\r\n--${boundary}--\r\n`);
-        };
-        more();
-      });
+      const res = await new Promise<{ status: number; body: { error: { code: string } } }>(
+        (resolve, reject) => {
+          const req = http.request(`${t.url}${SEGMENT_PATH}`, {
+            method: 'POST',
+            headers: {
+              authorization: `Bearer ${key}`,
+              'content-type': `multipart/form-data; boundary=${boundary}`,
+              'transfer-encoding': 'chunked',
+            },
+          });
+          req.on('response', (r) => {
+            let text = '';
+            r.on('data', (d) => (text += d)).on('end', () =>
+              resolve({ status: r.statusCode!, body: JSON.parse(text) }),
+            );
+          });
+          // The server may close the connection once it has answered: only an error with no answer fails.
+          req.on('error', (err) => setTimeout(() => reject(err), 500));
+          req.write(
+            `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.wav"\r\nContent-Type: audio/wav\r\n\r\n`,
+          );
+          let sent = 0;
+          const more = () => {
+            // Up to 3 MiB in 64 KiB chunks; the server answers (and stops reading) past 1 MiB.
+            while (sent < 3 * 1024 * 1024) {
+              sent += 64 * 1024;
+              if (!req.write(Buffer.alloc(64 * 1024, 1))) return void req.once('drain', more);
+            }
+            req.end(`\r\n--${boundary}--\r\n`);
+          };
+          more();
+        },
+      );
       expect(res.status).to.equal(413);
       expect(res.body.error.code).to.equal('file_too_large');
     });
@@ -147,7 +183,9 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     it('400 invalid_multipart for a multipart body that cannot be parsed', async () => {
       const res = await post()
         .set('Content-Type', 'multipart/form-data; boundary=abc')
-        .send('--abc\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\ntruncated with no closing boundary');
+        .send(
+          '--abc\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\ntruncated with no closing boundary',
+        );
       expectError(res, 400, 'invalid_multipart');
     });
 
@@ -174,7 +212,12 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     const client = new OpenAI({ apiKey: key, baseURL: `${t.url}/v1`, maxRetries: 0 });
     const file = () => toFile(austenWav, 'clip.wav', { type: 'audio/wav' });
     const [verbose, json, text, srt, vtt] = await Promise.all([
-      client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'verbose_json', timestamp_granularities: ['word', 'segment'] }),
+      client.audio.transcriptions.create({
+        file: await file(),
+        model: 'whisper-1',
+        response_format: 'verbose_json',
+        timestamp_granularities: ['word', 'segment'],
+      }),
       client.audio.transcriptions.create({ file: await file(), model: 'whisper-1' }),
       client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'text' }),
       client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'srt' }),
@@ -187,7 +230,9 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     expect(String(text).trim()).to.equal(verbose.text);
     expect(String(srt)).to.contain(' --> ');
     expect(String(vtt)).to.match(/^WEBVTT/);
-    const withResponse = await client.audio.transcriptions.create({ file: await file(), model: 'whisper-1', response_format: 'json' }).withResponse();
+    const withResponse = await client.audio.transcriptions
+      .create({ file: await file(), model: 'whisper-1', response_format: 'json' })
+      .withResponse();
     expect(withResponse.response.headers.get('x-fallback-used')).to.equal('0');
   });
 });

@@ -11,7 +11,11 @@ import { clip, pcmOf } from './helpers.js';
 
 describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
   this.timeout(30_000);
-  const config = loadConfig({ STT_THREADS: '1', ENGINE_API_KEY: 'worker-secret', SEGMENT_MAX_UPLOAD_MB: '0.5' });
+  const config = loadConfig({
+    STT_THREADS: '1',
+    ENGINE_API_KEY: 'worker-secret',
+    SEGMENT_MAX_UPLOAD_MB: '0.5',
+  });
   const logger = createLogger({ level: 'silent' });
   let engine: BuiltinEngine;
   let server: ReturnType<ReturnType<typeof createEngineApp>['callback']>;
@@ -24,12 +28,16 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
   });
   after(() => engine.close());
 
-  const post = () => request(server).post('/v1/audio/transcriptions').set('Authorization', 'Bearer worker-secret');
+  const post = () =>
+    request(server).post('/v1/audio/transcriptions').set('Authorization', 'Bearer worker-secret');
 
   it('is healthy once a decoder is loaded and lists its one model', async () => {
     const health = await request(server).get('/health').expect(200);
     expect(health.body).to.include({ ok: true, service: 'stt-engine', threads: 1 });
-    const models = await request(server).get('/v1/models').set('Authorization', 'Bearer worker-secret').expect(200);
+    const models = await request(server)
+      .get('/v1/models')
+      .set('Authorization', 'Bearer worker-secret')
+      .expect(200);
     expect(models.body.data.map((m: { id: string }) => m.id)).to.deep.equal(['pocketsphinx-en-us']);
   });
 
@@ -68,7 +76,9 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
     const res = await request(app).post('/v1/audio/transcriptions').attach('file', wav, 'a.wav');
     expect(res.status).to.equal(400);
     expect(res.body.error).to.include({ code: 'audio_too_long', type: 'invalid_request_error' });
-    const short = await request(app).post('/v1/audio/transcriptions').attach('file', wav.subarray(0, 44 + 16000), 'short.wav');
+    const short = await request(app)
+      .post('/v1/audio/transcriptions')
+      .attach('file', wav.subarray(0, 44 + 16000), 'short.wav');
     expect(short.status, JSON.stringify(short.body)).to.equal(200);
   });
 
@@ -81,7 +91,12 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
     try {
       const remote = (apiKey: string) =>
         new RemotePool(
-          loadConfig({ STT_WORKER_URLS: `w1=${url}`, STT_WORKER_API_KEY: apiKey, STT_ATTEMPT_TIMEOUT_MS: '10000', STT_BUDGET_MS: '20000' }).speech.remote,
+          loadConfig({
+            STT_WORKER_URLS: `w1=${url}`,
+            STT_WORKER_API_KEY: apiKey,
+            STT_ATTEMPT_TIMEOUT_MS: '10000',
+            STT_BUDGET_MS: '20000',
+          }).speech.remote,
           logger,
         );
       const good = remote('worker-secret');

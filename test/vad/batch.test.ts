@@ -20,11 +20,22 @@ const clips = fs
   .readdirSync(AUDIO_DIR)
   .filter((f) => f.endsWith('.wav'))
   .sort()
-  .map((f) => Buffer.concat([silence(300), canonicalWavSamples(fs.readFileSync(path.join(AUDIO_DIR, f)))!, silence(1200)]));
+  .map((f) =>
+    Buffer.concat([
+      silence(300),
+      canonicalWavSamples(fs.readFileSync(path.join(AUDIO_DIR, f)))!,
+      silence(1200),
+    ]),
+  );
 
 const config = loadConfig({});
 const v = config.realtime.vad;
-const segOpts = { gateDbfs: v.gateDbfs, releaseAfterMs: v.releaseAfterMs, holdDb: v.holdDb, maxSkip: v.maxSkip };
+const segOpts = {
+  gateDbfs: v.gateDbfs,
+  releaseAfterMs: v.releaseAfterMs,
+  holdDb: v.holdDb,
+  maxSkip: v.maxSkip,
+};
 /** Streams differ in threshold and silence so that every stream blocks and resumes on its own schedule. */
 const settingsOf = (i: number): SegmenterSettings => ({
   ...config.realtime.vadDefaults,
@@ -33,7 +44,11 @@ const settingsOf = (i: number): SegmenterSettings => ({
 });
 
 const describeEvent = (e: VadEvent) =>
-  e.type === 'stop' ? `stop ${e.audioStartMs}-${e.audioEndMs} ${e.reason} speech=${e.speechMs} bytes=${e.pcm.length}` : e.type === 'start' ? `start ${e.audioStartMs}` : e.type;
+  e.type === 'stop'
+    ? `stop ${e.audioStartMs}-${e.audioEndMs} ${e.reason} speech=${e.speechMs} bytes=${e.pcm.length}`
+    : e.type === 'start'
+      ? `start ${e.audioStartMs}`
+      : e.type;
 
 /** Each stream pushes its audio in 100 ms frames, all streams interleaved; then flush. */
 async function segmentAll(vad: VadService, streams: Buffer[]): Promise<string[][]> {
@@ -68,13 +83,23 @@ describe('batched silero VAD', function () {
     // 3 copies of each clip with different settings: 18 streams, batches of up to 18 windows.
     const streams = [...clips, ...clips, ...clips];
     const inline = new InlineVad(new SileroPool({ modelPath: v.modelPath, warm: 0, max: 64 }), segOpts);
-    const threaded = await ThreadedVad.start(1, { ...v, poolWarm: 0, poolMax: 64, batchWaitMs: 20, batchWindows: 64 });
+    const threaded = await ThreadedVad.start(1, {
+      ...v,
+      poolWarm: 0,
+      poolMax: 64,
+      batchWaitMs: 20,
+      batchWindows: 64,
+    });
     try {
       const expected = await segmentAll(inline, streams);
       const batched = await segmentAll(threaded, streams);
       expect(batched).to.deep.equal(expected);
       // Real speech was segmented by the VAD, not just flushed.
-      for (const evs of expected) expect(evs.filter((e) => / (end_of_speech|target_duration) /.test(e)).length, evs.join('; ')).to.be.greaterThan(0);
+      for (const evs of expected)
+        expect(
+          evs.filter((e) => / (end_of_speech|target_duration) /.test(e)).length,
+          evs.join('; '),
+        ).to.be.greaterThan(0);
     } finally {
       await threaded.close();
     }
@@ -85,7 +110,11 @@ describe('batched silero VAD', function () {
     const opts = { ...segOpts, deferred: true };
     const a = new Segmenter(settingsOf(0), pool, opts);
     const b = new Segmenter(settingsOf(0), pool, opts);
-    const ref = new Segmenter(settingsOf(0), new SileroPool({ modelPath: v.modelPath, warm: 0, max: 1 }), segOpts);
+    const ref = new Segmenter(
+      settingsOf(0),
+      new SileroPool({ modelPath: v.modelPath, warm: 0, max: 1 }),
+      segOpts,
+    );
     const clip = clips[0];
     const expected = [...ref.push(clip), ...ref.flush()].map(describeEvent);
 

@@ -23,7 +23,9 @@ import {
 export const ADMIN_PREFIX = '/v1/external-transcription';
 
 const storeUnavailable = () =>
-  new ApiError(500, 'store_unavailable', 'The key store is unavailable; try again shortly.', { retryable: true });
+  new ApiError(500, 'store_unavailable', 'The key store is unavailable; try again shortly.', {
+    retryable: true,
+  });
 
 function ok(ctx: Context, data: unknown, status = 200): void {
   ctx.status = status;
@@ -51,29 +53,46 @@ export function register(router: Router, deps: AppDeps): void {
     ctx.body = catalog;
   });
 
-  router.post(`${ADMIN_PREFIX}/keys`, plane, admin, jsonBody(config.http.maxJsonBytes, { allowEmpty: true }), async (ctx) => {
-    const body = check<IssueKeyBody>(issueKeyBody, ctx.request.body, 'body');
-    const plan = body.plan ?? config.plans.defaultPlan;
-    if (!plans.has(plan)) {
-      throw new ApiError(400, 'invalid_plan', `Unknown plan "${plan}". Known plans: ${plans.list().map((p) => p.plan).join(', ')}.`);
-    }
-    let expiresAt: Date | undefined;
-    if (body.expires_at !== undefined) {
-      expiresAt = new Date(body.expires_at);
-      if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) {
-        throw new ApiError(400, 'invalid_request', 'Field "expires_at" must be an ISO 8601 date-time in the future.');
+  router.post(
+    `${ADMIN_PREFIX}/keys`,
+    plane,
+    admin,
+    jsonBody(config.http.maxJsonBytes, { allowEmpty: true }),
+    async (ctx) => {
+      const body = check<IssueKeyBody>(issueKeyBody, ctx.request.body, 'body');
+      const plan = body.plan ?? config.plans.defaultPlan;
+      if (!plans.has(plan)) {
+        throw new ApiError(
+          400,
+          'invalid_plan',
+          `Unknown plan "${plan}". Known plans: ${plans
+            .list()
+            .map((p) => p.plan)
+            .join(', ')}.`,
+        );
       }
-    }
-    try {
-      const record = await keys.issue({ ownerId: body.owner_id, plan, label: body.label, expiresAt });
-      ctx.state.log.info({ keyId: record.id, ownerId: record.ownerId, plan }, 'api key issued');
-      ok(ctx, record, 201);
-    } catch (err) {
-      if (isStoreUnavailable(err)) throw storeUnavailable();
-      ctx.state.log.error({ err }, 'key issue failed');
-      throw new ApiError(500, 'issue_failed', 'The key could not be issued.', { retryable: true });
-    }
-  });
+      let expiresAt: Date | undefined;
+      if (body.expires_at !== undefined) {
+        expiresAt = new Date(body.expires_at);
+        if (Number.isNaN(expiresAt.getTime()) || expiresAt.getTime() <= Date.now()) {
+          throw new ApiError(
+            400,
+            'invalid_request',
+            'Field "expires_at" must be an ISO 8601 date-time in the future.',
+          );
+        }
+      }
+      try {
+        const record = await keys.issue({ ownerId: body.owner_id, plan, label: body.label, expiresAt });
+        ctx.state.log.info({ keyId: record.id, ownerId: record.ownerId, plan }, 'api key issued');
+        ok(ctx, record, 201);
+      } catch (err) {
+        if (isStoreUnavailable(err)) throw storeUnavailable();
+        ctx.state.log.error({ err }, 'key issue failed');
+        throw new ApiError(500, 'issue_failed', 'The key could not be issued.', { retryable: true });
+      }
+    },
+  );
 
   router.get(`${ADMIN_PREFIX}/keys`, plane, admin, validateQuery(listKeysQuery), async (ctx) => {
     const { owner_id } = ctx.state.query as { owner_id?: string };
@@ -108,7 +127,12 @@ function describe(deps: AppDeps): void {
     summary: 'Plan catalog (public)',
     tags: ['admin'],
     security: 'none',
-    responses: { '200': { description: 'Plans and their limits', schema: adminEnvelope({ type: 'array', items: planSchema }) } },
+    responses: {
+      '200': {
+        description: 'Plans and their limits',
+        schema: adminEnvelope({ type: 'array', items: planSchema }),
+      },
+    },
   });
   deps.openapi.add({
     method: 'post',
@@ -130,9 +154,14 @@ function describe(deps: AppDeps): void {
     summary: 'List keys, optionally of one owner',
     tags: ['admin'],
     security: 'admin',
-    parameters: [{ name: 'owner_id', in: 'query', required: false, schema: listKeysQuery.properties.owner_id }],
+    parameters: [
+      { name: 'owner_id', in: 'query', required: false, schema: listKeysQuery.properties.owner_id },
+    ],
     responses: {
-      '200': { description: 'Key records without plaintext', schema: adminEnvelope({ type: 'array', items: keyRecordSchema }) },
+      '200': {
+        description: 'Key records without plaintext',
+        schema: adminEnvelope({ type: 'array', items: keyRecordSchema }),
+      },
       ...errors(['400', '401', '500']),
     },
   });
@@ -144,7 +173,10 @@ function describe(deps: AppDeps): void {
     tags: ['admin'],
     security: 'admin',
     parameters: [idParam],
-    responses: { '200': { description: 'Key record', schema: adminEnvelope(keyRecordSchema) }, ...errors(['401', '404', '500']) },
+    responses: {
+      '200': { description: 'Key record', schema: adminEnvelope(keyRecordSchema) },
+      ...errors(['401', '404', '500']),
+    },
   });
   deps.openapi.add({
     method: 'delete',
@@ -154,6 +186,9 @@ function describe(deps: AppDeps): void {
     tags: ['admin'],
     security: 'admin',
     parameters: [idParam],
-    responses: { '200': { description: 'Revoked key record', schema: adminEnvelope(keyRecordSchema) }, ...errors(['401', '404', '500']) },
+    responses: {
+      '200': { description: 'Revoked key record', schema: adminEnvelope(keyRecordSchema) },
+      ...errors(['401', '404', '500']),
+    },
   });
 }

@@ -30,7 +30,19 @@ export const keyIdParam = { type: 'string', maxLength: 100 } as const;
 
 export const keyRecordSchema = {
   type: 'object',
-  required: ['id', 'ownerId', 'keyPrefix', 'lastFour', 'plan', 'status', 'expiresAt', 'revokedAt', 'lastUsedAt', 'createdAt', 'limits'],
+  required: [
+    'id',
+    'ownerId',
+    'keyPrefix',
+    'lastFour',
+    'plan',
+    'status',
+    'expiresAt',
+    'revokedAt',
+    'lastUsedAt',
+    'createdAt',
+    'limits',
+  ],
   properties: {
     key: { type: 'string', description: 'Plaintext key; present only in the issue response.' },
     id: { type: 'string' },

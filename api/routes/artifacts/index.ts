@@ -23,7 +23,8 @@ export function artifactKeyFromPath(rawPath: string): string {
     return assertSafeKey(key);
   } catch (err) {
     // 404 like any key that names nothing (interface 7.2), with its own code.
-    if (err instanceof InvalidKeyError) throw new ApiError(404, 'invalid_key', 'Artifact not found: the key is not allowed.');
+    if (err instanceof InvalidKeyError)
+      throw new ApiError(404, 'invalid_key', 'Artifact not found: the key is not allowed.');
     throw err;
   }
 }
@@ -45,11 +46,17 @@ export function register(router: Router, deps: AppDeps): void {
       'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes. Only the tenant that created the job can read them.',
     tags: ['batch'],
     security: 'apiKey',
-    parameters: [pathParam('key', { type: 'string' }, 'Object key, e.g. `transcription/{request_id}/result.json`.')],
+    parameters: [
+      pathParam('key', { type: 'string' }, 'Object key, e.g. `transcription/{request_id}/result.json`.'),
+    ],
     responses: {
       '200': { description: 'The stored JSON document.', schema: { type: 'object' } },
       '401': { description: 'Authentication failed.', schema: batchErrorSchema },
-      '404': { description: 'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).', schema: batchErrorSchema },
+      '404': {
+        description:
+          'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).',
+        schema: batchErrorSchema,
+      },
     },
   });
 }

@@ -12,6 +12,10 @@ export function register(router: Router, deps: AppDeps): void {
   });
   router.get(
     '/docs',
-    koaSwagger({ routePrefix: false, title: 'Audio Transcription Service', swaggerOptions: { url: '/openapi.json' } }),
+    koaSwagger({
+      routePrefix: false,
+      title: 'Audio Transcription Service',
+      swaggerOptions: { url: '/openapi.json' },
+    }),
   );
 }

@@ -44,7 +44,12 @@ export function register(router: Router, deps: AppDeps): void {
       .filter(([, v]) => !v)
       .map(([k]) => k);
     ctx.status = ok ? 200 : 503;
-    ctx.body = { ok, service, checks, ...(ok ? {} : { reason: `not ready: ${failing.join(', ')} unavailable` }) };
+    ctx.body = {
+      ok,
+      service,
+      checks,
+      ...(ok ? {} : { reason: `not ready: ${failing.join(', ')} unavailable` }),
+    };
   });
   deps.openapi.add({
     method: 'get',

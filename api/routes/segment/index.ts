@@ -20,9 +20,22 @@ import { ApiError } from '../../http/errors.js';
 import { requestRateLimit } from '../../http/rateLimit.js';
 import { apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
-import { AudioDecodeError, AudioTooLongError, decodeAudio, pcmDurationSeconds } from '../../../shared/audio/index.js';
+import {
+  AudioDecodeError,
+  AudioTooLongError,
+  decodeAudio,
+  pcmDurationSeconds,
+} from '../../../shared/audio/index.js';
 import { isMultipart, parseAudioUpload, UploadError } from '../../../shared/audio/upload.js';
-import { createSpeechEngine, isResponseFormat, normalizeLanguage, renderTranscript, RESPONSE_FORMATS, SpeechError, type SpeechEngine } from '../../../shared/stt/index.js';
+import {
+  createSpeechEngine,
+  isResponseFormat,
+  normalizeLanguage,
+  renderTranscript,
+  RESPONSE_FORMATS,
+  SpeechError,
+  type SpeechEngine,
+} from '../../../shared/stt/index.js';
 import { recordUsage, windowUsage } from '../../../shared/usage.js';
 import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses } from '../jobs/index.js';
@@ -67,7 +80,11 @@ export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
   return async (ctx) => {
     if (!isMultipart(ctx)) {
-      throw new ApiError(400, 'invalid_content_type', 'The request body must be multipart/form-data with a "file" field.');
+      throw new ApiError(
+        400,
+        'invalid_content_type',
+        'The request body must be multipart/form-data with a "file" field.',
+      );
     }
     const principal = ctx.state.principal as Principal;
     const engine = speechEngineOf(deps);
@@ -86,12 +103,20 @@ export function segmentHandler(deps: AppDeps): Middleware {
     const { fields } = upload;
     const format = fields.response_format || 'verbose_json';
     if (!isResponseFormat(format)) {
-      throw new ApiError(400, 'invalid_response_format', `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`);
+      throw new ApiError(
+        400,
+        'invalid_response_format',
+        `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
+      );
     }
     const language = normalizeLanguage(fields.language);
     const supported = engine.languages();
     if (language && !supported.includes('*') && !supported.includes(language)) {
-      throw new ApiError(400, 'unsupported_language', `Language "${fields.language}" is not supported (supported: ${supported.join(', ')}).`);
+      throw new ApiError(
+        400,
+        'unsupported_language',
+        `Language "${fields.language}" is not supported (supported: ${supported.join(', ')}).`,
+      );
     }
     const workerId = fields.worker_id || undefined;
 
@@ -108,7 +133,11 @@ export function segmentHandler(deps: AppDeps): Middleware {
       });
     } catch (err) {
       if (err instanceof AudioTooLongError) {
-        throw new ApiError(400, 'audio_too_long', `The clip is longer than the ${maxSeconds} s your plan allows per request.`);
+        throw new ApiError(
+          400,
+          'audio_too_long',
+          `The clip is longer than the ${maxSeconds} s your plan allows per request.`,
+        );
       }
       if (err instanceof AudioDecodeError) {
         if (err.code === 'invalid_audio') throw new ApiError(400, 'invalid_audio', err.message);
@@ -122,10 +151,15 @@ export function segmentHandler(deps: AppDeps): Middleware {
     const windowLimit = principal.limits.maxAudioSecondsPerWindow;
     const used = await usedSoFar;
     if (used + seconds > windowLimit) {
-      throw new ApiError(429, 'audio_quota_exhausted', `The audio budget of ${windowLimit} s per window is exhausted.`, {
-        retryable: true,
-        headers: { 'Retry-After': '60' },
-      });
+      throw new ApiError(
+        429,
+        'audio_quota_exhausted',
+        `The audio budget of ${windowLimit} s per window is exhausted.`,
+        {
+          retryable: true,
+          headers: { 'Retry-After': '60' },
+        },
+      );
     }
 
     let result;
@@ -146,7 +180,12 @@ export function segmentHandler(deps: AppDeps): Middleware {
     // Every transcribed clip is billed, silent or empty ones included. The
     // reference is generated here: a client-chosen X-Request-Id must not
     // collide with (and so cancel) another bill.
-    await recordUsage(deps.db, { keyId: principal.keyId, plane: 'segment', audioSeconds: seconds, refId: `seg_${randomUUID()}` });
+    await recordUsage(deps.db, {
+      keyId: principal.keyId,
+      plane: 'segment',
+      audioSeconds: seconds,
+      refId: `seg_${randomUUID()}`,
+    });
 
     const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
     ctx.set('X-Worker-Id', result.workerId);
@@ -163,7 +202,11 @@ function jsonToBatch(): Middleware {
     if (!isJsonBody(ctx)) return next();
     const refuse = () => {
       ctx.state.plane = 'api';
-      return new ApiError(400, 'invalid_content_type', 'The request body must be multipart/form-data with a "file" field.');
+      return new ApiError(
+        400,
+        'invalid_content_type',
+        'The request body must be multipart/form-data with a "file" field.',
+      );
     };
     try {
       await next();
@@ -197,15 +240,22 @@ export function register(router: Router, deps: AppDeps): void {
       'OpenAI-compatible. Every clip is transcribed and billed, silence included. A JSON body on this path is the deprecated job submission (see /v1/audio/transcriptions/jobs).',
     tags: ['segment'],
     security: 'apiKey',
-    requestBody: [{ contentType: 'multipart/form-data', schema: segmentRequestSchema }, deprecatedJobRequestBody],
+    requestBody: [
+      { contentType: 'multipart/form-data', schema: segmentRequestSchema },
+      deprecatedJobRequestBody,
+    ],
     responses: {
       ...deprecatedJobResponses,
       '200': {
-        description: 'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
+        description:
+          'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
         schema: verboseJsonSchema,
         headers: {
           'X-Worker-Id': { description: 'Worker that produced the result', schema: { type: 'string' } },
-          'X-Fallback-Used': { description: '`1` if a fallback worker answered, else `0`', schema: { type: 'string', enum: ['0', '1'] } },
+          'X-Fallback-Used': {
+            description: '`1` if a fallback worker answered, else `0`',
+            schema: { type: 'string', enum: ['0', '1'] },
+          },
         },
       },
       '400': {
@@ -215,9 +265,16 @@ export function register(router: Router, deps: AppDeps): void {
       },
       '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
       '413': { description: '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB', schema: apiErrorSchema },
-      '429': { description: '`rate_limit_exceeded` or `audio_quota_exhausted`', schema: apiErrorSchema, headers: rateLimitHeaders },
+      '429': {
+        description: '`rate_limit_exceeded` or `audio_quota_exhausted`',
+        schema: apiErrorSchema,
+        headers: rateLimitHeaders,
+      },
       '502': { description: '`transcription_failed`: all worker attempts failed', schema: apiErrorSchema },
-      '503': { description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`', schema: apiErrorSchema },
+      '503': {
+        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`',
+        schema: apiErrorSchema,
+      },
     },
   });
 }

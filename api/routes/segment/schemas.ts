@@ -5,8 +5,15 @@ export const segmentRequestSchema = {
   type: 'object',
   required: ['file'],
   properties: {
-    file: { type: 'string', contentMediaType: 'application/octet-stream', description: 'Speech clip: WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...' },
-    model: { type: 'string', description: 'Model name passed to the service (ignored by the built-in engine)' },
+    file: {
+      type: 'string',
+      contentMediaType: 'application/octet-stream',
+      description: 'Speech clip: WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...',
+    },
+    model: {
+      type: 'string',
+      description: 'Model name passed to the service (ignored by the built-in engine)',
+    },
     language: { type: 'string', description: 'ISO-639-1 hint' },
     prompt: { type: 'string', description: 'Context prompt' },
     response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
@@ -42,7 +49,12 @@ export const verboseJsonSchema = {
       items: {
         type: 'object',
         required: ['word', 'start', 'end'],
-        properties: { word: { type: 'string' }, start: { type: 'number' }, end: { type: 'number' }, confidence: { type: 'number' } },
+        properties: {
+          word: { type: 'string' },
+          start: { type: 'number' },
+          end: { type: 'number' },
+          confidence: { type: 'number' },
+        },
       },
     },
   },

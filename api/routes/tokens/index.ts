@@ -41,8 +41,15 @@ export function register(router: Router, deps: AppDeps): void {
     responses: {
       '200': { description: 'Token', schema: tokenSchema },
       '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-      '429': { description: 'Request rate limit exceeded', schema: apiErrorSchema, headers: rateLimitHeaders },
-      '503': { description: '`token_issuer_unavailable` (secret not configured) or `auth_unavailable`', schema: apiErrorSchema },
+      '429': {
+        description: 'Request rate limit exceeded',
+        schema: apiErrorSchema,
+        headers: rateLimitHeaders,
+      },
+      '503': {
+        description: '`token_issuer_unavailable` (secret not configured) or `auth_unavailable`',
+        schema: apiErrorSchema,
+      },
     },
   });
 }

@@ -58,13 +58,17 @@ function bind(opts: DecoderOptions): Binding {
   const sb = koffi.load(opts.sphinxbaseLibrary);
   binding = {
     ps_args: ps.func('void *ps_args()'),
-    cmd_ln_parse_r: sb.func('void *cmd_ln_parse_r(void *inout, void *defn, int argc, const char **argv, int strict)'),
+    cmd_ln_parse_r: sb.func(
+      'void *cmd_ln_parse_r(void *inout, void *defn, int argc, const char **argv, int strict)',
+    ),
     cmd_ln_free_r: sb.func('int cmd_ln_free_r(void *cmdln)'),
     ps_init: ps.func('void *ps_init(void *config)'),
     ps_free: ps.func('int ps_free(void *ps)'),
     ps_start_stream: ps.func('int ps_start_stream(void *ps)'),
     ps_start_utt: ps.func('int ps_start_utt(void *ps)'),
-    ps_process_raw: ps.func('int ps_process_raw(void *ps, const int16_t *data, size_t n, int no_search, int full_utt)'),
+    ps_process_raw: ps.func(
+      'int ps_process_raw(void *ps, const int16_t *data, size_t n, int no_search, int full_utt)',
+    ),
     ps_end_utt: ps.func('int ps_end_utt(void *ps)'),
     ps_seg_iter: ps.func('void *ps_seg_iter(void *ps)'),
     ps_seg_next: ps.func('void *ps_seg_next(void *seg)'),
@@ -93,13 +97,24 @@ export class Decoder {
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
-    const argv = ['-hmm', opts.hmm, '-lm', opts.lm, '-dict', opts.dict, '-logfn', '/dev/null', ...(opts.extraArgs ?? [])];
+    const argv = [
+      '-hmm',
+      opts.hmm,
+      '-lm',
+      opts.lm,
+      '-dict',
+      opts.dict,
+      '-logfn',
+      '/dev/null',
+      ...(opts.extraArgs ?? []),
+    ];
     const config = this.b.cmd_ln_parse_r(null, this.b.ps_args(), argv.length, argv, 1);
     if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(8))}`);
     this.ps = this.b.ps_init(config);
     // ps_init keeps its own reference to the configuration.
     this.b.cmd_ln_free_r(config);
-    if (!this.ps) throw new Error(`pocketsphinx: ps_init failed (models under ${opts.hmm}, ${opts.lm}, ${opts.dict})`);
+    if (!this.ps)
+      throw new Error(`pocketsphinx: ps_init failed (models under ${opts.hmm}, ${opts.lm}, ${opts.dict})`);
   }
 
   /**

@@ -41,7 +41,12 @@ port.on('message', (job: DecodeJob | CloseRequest) => {
   const t0 = performance.now();
   try {
     const words = decoder.decode(new Int16Array(job.pcm), () => Atomics.load(flag, 0) !== 0);
-    port.postMessage({ type: 'result', id: job.id, words, decodeMs: performance.now() - t0 } satisfies ThreadMessage);
+    port.postMessage({
+      type: 'result',
+      id: job.id,
+      words,
+      decodeMs: performance.now() - t0,
+    } satisfies ThreadMessage);
   } catch (err) {
     port.postMessage({
       type: 'failed',

@@ -42,9 +42,15 @@ const submit = await run({
   headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
   body: JSON.stringify({ audio_url: 'https://example.com/audio.mp3', segment_seconds: 300, concurrency: 2 }),
 });
-const accepted = Number((await t.deps.db('batch_workflows').count<{ count: string }[]>('* as count'))[0].count);
+const accepted = Number(
+  (await t.deps.db('batch_workflows').count<{ count: string }[]>('* as count'))[0].count,
+);
 const queued = Number(
-  (await t.deps.db.raw(`SELECT count(*)::int AS n FROM ${t.config.batch.pgBossSchema}.job WHERE name = 'batch-workflow'`)).rows[0].n,
+  (
+    await t.deps.db.raw(
+      `SELECT count(*)::int AS n FROM ${t.config.batch.pgBossSchema}.job WHERE name = 'batch-workflow'`,
+    )
+  ).rows[0].n,
 );
 console.log(
   `submissions: ${(submit['2xx'] / seconds).toFixed(0)} accepted/s (${submit['2xx']} in ${seconds} s, ${connections} connections, ` +

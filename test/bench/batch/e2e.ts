@@ -19,7 +19,16 @@ import { createSpeechEngine } from '../../../shared/stt/index.js';
 import { canonicalWavSamples } from '../../../shared/audio/index.js';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
-import { audioDir, buildRecording, createBatchTestApp, issueKey, REFS, startFileServer, tmpDir, waitFor } from '../../batch/helpers.js';
+import {
+  audioDir,
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  REFS,
+  startFileServer,
+  tmpDir,
+  waitFor,
+} from '../../batch/helpers.js';
 
 const minutes = Number(process.argv[2] ?? 30);
 const segmentSeconds = Number(process.argv[3] ?? 300);
@@ -27,14 +36,19 @@ const rounds = Math.max(1, Number(process.argv[4] ?? 1));
 const CLIPS = Object.keys(REFS);
 
 function words(s: string): string[] {
-  return s.toLowerCase().replace(/[^a-z0-9' ]+/g, ' ').split(/\s+/).filter(Boolean);
+  return s
+    .toLowerCase()
+    .replace(/[^a-z0-9' ]+/g, ' ')
+    .split(/\s+/)
+    .filter(Boolean);
 }
 
 function editDistance(a: string[], b: string[]): number {
   let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
   for (let i = 1; i <= a.length; i++) {
     const cur = [i];
-    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= b.length; j++)
+      cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
     prev = cur;
   }
   return prev[b.length];
@@ -60,7 +74,13 @@ async function wholeClipWer(): Promise<{ wer: number; texts: Record<string, stri
   return { wer: wer(hyp, CLIPS.map((c) => REFS[c]).join(' ')), texts };
 }
 
-async function runJob(label: string, wav: string, concurrency: number, threads: number, segment = segmentSeconds) {
+async function runJob(
+  label: string,
+  wav: string,
+  concurrency: number,
+  threads: number,
+  segment = segmentSeconds,
+) {
   const dir = path.dirname(wav);
   const files = await startFileServer(dir);
   const t = await createBatchTestApp({ STT_THREADS: String(threads), LOG_LEVEL: 'warn' }, { start: true });
@@ -73,7 +93,9 @@ async function runJob(label: string, wav: string, concurrency: number, threads: 
       .send({ audio_url: `${files.url}/${path.basename(wav)}`, segment_seconds: segment, concurrency });
     const done = await waitFor(
       async () => {
-        const r = await request(t.server).get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`).set('authorization', `Bearer ${key}`);
+        const r = await request(t.server)
+          .get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`)
+          .set('authorization', `Bearer ${key}`);
         return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
       },
       3 * 3600_000,
@@ -114,7 +136,9 @@ const passes = Math.max(1, Math.round((minutes * 60) / (49.7 + CLIPS.length * 0.
 const sequence = Array.from({ length: passes }, () => CLIPS).flat();
 const wav = buildRecording(path.join(dir, 'long.wav'), sequence, 0.7);
 const refText = sequence.map((c) => REFS[c]).join(' ');
-console.log(`recording: ${passes} passes over ${CLIPS.length} clips, ${(fs.statSync(wav).size / 32000 / 60).toFixed(1)} min`);
+console.log(
+  `recording: ${passes} passes over ${CLIPS.length} clips, ${(fs.statSync(wav).size / 32000 / 60).toFixed(1)} min`,
+);
 
 const whole = await wholeClipWer();
 console.log(`WER decoding each clip whole: ${(whole.wer * 100).toFixed(2)}%`);
@@ -126,7 +150,9 @@ for (let r = 0; r < rounds; r++) {
   c2s.push(await runJob('concurrency 2', wav, 2, 2));
   if (rounds > 1) {
     const [a, b] = [c1s[r], c2s[r]];
-    console.log(`round ${r + 1}: concurrency 1 ${(a.end_to_end_ms / 1000).toFixed(1)} s, concurrency 2 ${(b.end_to_end_ms / 1000).toFixed(1)} s, speed-up ${(a.end_to_end_ms / b.end_to_end_ms).toFixed(2)}x`);
+    console.log(
+      `round ${r + 1}: concurrency 1 ${(a.end_to_end_ms / 1000).toFixed(1)} s, concurrency 2 ${(b.end_to_end_ms / 1000).toFixed(1)} s, speed-up ${(a.end_to_end_ms / b.end_to_end_ms).toFixed(2)}x`,
+    );
   }
 }
 const fastest = (xs: typeof c1s) => xs.reduce((a, b) => (b.end_to_end_ms < a.end_to_end_ms ? b : a));
@@ -138,13 +164,20 @@ console.log(
   `concurrency 1 (1 decoder): ${c1.chunks} chunks, end to end ${(c1.end_to_end_ms / 1000).toFixed(1)} s, engine ${(c1.engine_ms / 1000).toFixed(1)} s, ` +
     `overhead ${(overhead1 * 100).toFixed(2)}% (probe ${c1.probe_ms} ms, slice ${c1.slice_ms} ms, aggregate ${c1.aggregate_ms} ms), RTF ${(c1.end_to_end_ms / 1000 / c1.audio_s).toFixed(3)}`,
 );
-console.log(`WER batch (sliced at pauses, segment_seconds ${segmentSeconds}): ${(c1Wer * 100).toFixed(2)}% (whole clips ${(whole.wer * 100).toFixed(2)}%, delta ${((c1Wer - whole.wer) * 100).toFixed(2)} points)`);
+console.log(
+  `WER batch (sliced at pauses, segment_seconds ${segmentSeconds}): ${(c1Wer * 100).toFixed(2)}% (whole clips ${(whole.wer * 100).toFixed(2)}%, delta ${((c1Wer - whole.wer) * 100).toFixed(2)} points)`,
+);
 console.log(
   `concurrency 2 (2 decoders): end to end ${(c2.end_to_end_ms / 1000).toFixed(1)} s, engine ${(c2.engine_ms / 1000).toFixed(1)} s, ` +
     `speed-up over concurrency 1: ${(c1.end_to_end_ms / c2.end_to_end_ms).toFixed(2)}x${rounds > 1 ? ` (fastest of ${rounds} each)` : ''}, ` +
     `decoders busy on average ${(c2.engine_ms / c2.end_to_end_ms).toFixed(2)} of 2`,
 );
-console.log(`load average at the end: ${os.loadavg().map((x) => x.toFixed(2)).join(' ')} on ${os.availableParallelism()} cores`);
+console.log(
+  `load average at the end: ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')} on ${os.availableParallelism()} cores`,
+);
 console.log(`transcripts identical at both concurrencies: ${c1.text === c2.text}`);
 fs.rmSync(dir, { recursive: true, force: true });
 process.exit(0);

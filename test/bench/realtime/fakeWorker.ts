@@ -10,7 +10,11 @@ import type { AddressInfo } from 'node:net';
 const delay = Number(process.env.FAKE_DELAY_MS ?? 100);
 let started = 0;
 let answered = 0;
-if (process.env.FAKE_WORKER_TRACE) setInterval(() => process.stderr.write(`fake worker: ${started} started, ${answered} answered\n`), 1000).unref();
+if (process.env.FAKE_WORKER_TRACE)
+  setInterval(
+    () => process.stderr.write(`fake worker: ${started} started, ${answered} answered\n`),
+    1000,
+  ).unref();
 const server = http.createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/health') {
     res.setHeader('content-type', 'application/json');
@@ -25,9 +29,13 @@ const server = http.createServer((req, res) => {
     setTimeout(() => {
       const duration = bytes / 32000;
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ text: 'hello world', language: 'english', duration, segments: [], words: [] }));
+      res.end(
+        JSON.stringify({ text: 'hello world', language: 'english', duration, segments: [], words: [] }),
+      );
     }, delay);
   });
 });
 server.keepAliveTimeout = 60_000;
-server.listen(0, '127.0.0.1', () => process.send?.({ type: 'listening', port: (server.address() as AddressInfo).port }));
+server.listen(0, '127.0.0.1', () =>
+  process.send?.({ type: 'listening', port: (server.address() as AddressInfo).port }),
+);

@@ -36,7 +36,22 @@ const server = http.createServer((req, res) => {
   if (req.url?.startsWith('/stats')) {
     const ms = (ns: number) => Math.max(0, Math.round((ns / 1e6 - LOOP_RESOLUTION_MS) * 100) / 100);
     res.setHeader('content-type', 'application/json');
-    res.end(JSON.stringify({ sessions: sessions.size, vad: vad.stats(), eventLoopLagMs: { p50: ms(loopDelay.percentile(50)), p99: ms(loopDelay.percentile(99)), max: ms(loopDelay.max) }, gatewayOverheadMs: { n: overhead.count, p50: overhead.count ? overhead.percentile(50) / 1000 : 0, p99: overhead.count ? overhead.percentile(99) / 1000 : 0 } }));
+    res.end(
+      JSON.stringify({
+        sessions: sessions.size,
+        vad: vad.stats(),
+        eventLoopLagMs: {
+          p50: ms(loopDelay.percentile(50)),
+          p99: ms(loopDelay.percentile(99)),
+          max: ms(loopDelay.max),
+        },
+        gatewayOverheadMs: {
+          n: overhead.count,
+          p50: overhead.count ? overhead.percentile(50) / 1000 : 0,
+          p99: overhead.count ? overhead.percentile(99) / 1000 : 0,
+        },
+      }),
+    );
     if (req.url.includes('reset=1')) {
       loopDelay.reset();
       overhead.reset();
@@ -46,12 +61,18 @@ const server = http.createServer((req, res) => {
   res.statusCode = 404;
   res.end();
 });
-const wss = new WebSocketServer({ noServer: true, maxPayload: Math.ceil(rt.maxFrameBytes * 1.5) + 1024, perMessageDeflate: false });
+const wss = new WebSocketServer({
+  noServer: true,
+  maxPayload: Math.ceil(rt.maxFrameBytes * 1.5) + 1024,
+  perMessageDeflate: false,
+});
 
 server.on('upgrade', (req, socket, head) => {
   const u = new URL(req.url ?? '/', 'http://x');
   const refuse = (status: number, code: string) => {
-    socket.end(`HTTP/1.1 ${status} Refused\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${JSON.stringify({ error: { code } })}`);
+    socket.end(
+      `HTTP/1.1 ${status} Refused\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${JSON.stringify({ error: { code } })}`,
+    );
   };
   const cred = realtimeCredential(req.headers.authorization ?? '', u.search.slice(1));
   if (cred.failure) return refuse(cred.failure.status, cred.failure.code);
@@ -76,7 +97,15 @@ server.on('upgrade', (req, socket, head) => {
             ws.close(code, reason);
           },
         },
-        { config: rt, engine: deps.engine, breaker, vad, logger, now: () => performance.now(), onCompleted: (l: number, e: number) => overhead.record(Math.max(1, Math.round((l - e) * 1000))) },
+        {
+          config: rt,
+          engine: deps.engine,
+          breaker,
+          vad,
+          logger,
+          now: () => performance.now(),
+          onCompleted: (l: number, e: number) => overhead.record(Math.max(1, Math.round((l - e) * 1000))),
+        },
         { sessionId },
       );
       sessions.add(session);
@@ -87,7 +116,8 @@ server.on('upgrade', (req, socket, head) => {
       };
       ws.on('message', (data, isBinary) => {
         const buf = data as Buffer;
-        if (isBinary) session.onBinary(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer);
+        if (isBinary)
+          session.onBinary(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer);
         else session.onText(buf.toString('utf8'));
       });
       ws.on('close', (code) => {
@@ -103,6 +133,8 @@ const tick = setInterval(() => {
   for (const s of sessions) s.tick();
 }, rt.tickMs);
 tick.unref();
-server.listen(0, '127.0.0.1', () => process.send?.({ type: 'realtime.listening', port: (server.address() as AddressInfo).port }));
+server.listen(0, '127.0.0.1', () =>
+  process.send?.({ type: 'realtime.listening', port: (server.address() as AddressInfo).port }),
+);
 // Graceful exit on SIGTERM (writes --cpu-prof profiles when the benchmark asks for them).
 process.on('SIGTERM', () => process.exit(0));

@@ -62,9 +62,17 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.
 
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 
-function start(file: string, env: Record<string, string>, profile = false): Promise<{ child: ChildProcess; port: number }> {
+function start(
+  file: string,
+  env: Record<string, string>,
+  profile = false,
+): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(file, [], {
-    execArgv: ['--import', 'tsx', ...(profile && PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : [])],
+    execArgv: [
+      '--import',
+      'tsx',
+      ...(profile && PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []),
+    ],
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', process.env.BENCH_SERVER_LOGS ? 'inherit' : 'ignore', 'inherit', 'ipc'],
@@ -97,7 +105,10 @@ async function stats(port: number, reset = false): Promise<any> {
 async function setup(): Promise<{ db: TestDatabase; key: string }> {
   const db = await createTestDatabase('stt_rt_bench');
   const knex = createDb(db.url, { poolMax: 2 });
-  const rec = await new KeyStore(knex, new PlanCatalog(JSON.parse(PLANS_JSON))).issue({ ownerId: 'bench', plan: 'bench' });
+  const rec = await new KeyStore(knex, new PlanCatalog(JSON.parse(PLANS_JSON))).issue({
+    ownerId: 'bench',
+    plan: 'bench',
+  });
   await knex.destroy();
   return { db, key: rec.key! };
 }
@@ -120,7 +131,10 @@ async function idle(): Promise<void> {
   const n = arg('sessions', 10_000);
   const { db, key } = await setup();
   const worker = await start(path.join(here, 'fakeWorker.ts'), {});
-  const rtp = await start(path.join(repoRoot, 'realtime/main.ts'), serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}`, REALTIME_VAD_POOL_WARM: '0' }));
+  const rtp = await start(
+    path.join(repoRoot, 'realtime/main.ts'),
+    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}`, REALTIME_VAD_POOL_WARM: '0' }),
+  );
   try {
     await new Promise((r) => setTimeout(r, 1000));
     const before = rssMiB(rtp.child.pid!);
@@ -130,16 +144,21 @@ async function idle(): Promise<void> {
     const t0 = Date.now();
     for (let i = 0; i < n; i += 200) {
       await Promise.all(
-        Array.from({ length: Math.min(200, n - i) }, () =>
-          new Promise<void>((resolve, reject) => {
-            const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
-            ws.once('message', () => {
-              created++;
-              resolve();
-            });
-            ws.once('error', reject);
-            sockets.push(ws);
-          }),
+        Array.from(
+          { length: Math.min(200, n - i) },
+          () =>
+            new Promise<void>((resolve, reject) => {
+              const ws = new WebSocket(url, {
+                headers: { authorization: `Bearer ${key}` },
+                perMessageDeflate: false,
+              });
+              ws.once('message', () => {
+                created++;
+                resolve();
+              });
+              ws.once('error', reject);
+              sockets.push(ws);
+            }),
         ),
       );
     }
@@ -177,13 +196,24 @@ async function streamsAgainst(
 ) {
   const srv = await start(
     file,
-    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`, REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)), STT_ATTEMPT_TIMEOUT_MS: '5000', STT_BUDGET_MS: '10000' }),
+    serverEnv(db, {
+      STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`,
+      REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)),
+      STT_ATTEMPT_TIMEOUT_MS: '5000',
+      STT_BUDGET_MS: '10000',
+    }),
     true,
   );
   try {
     const warmup = 8;
     const url = `ws://127.0.0.1:${srv.port}/v1/audio/transcriptions/stream`;
-    const load = runLoad({ url, headers: { authorization: `Bearer ${key}` }, clients: n, seconds: seconds + warmup, rampMs: 3000 });
+    const load = runLoad({
+      url,
+      headers: { authorization: `Bearer ${key}` },
+      clients: n,
+      seconds: seconds + warmup,
+      rampMs: 3000,
+    });
     // Steady window: after the ramp and a warm-up, for `seconds`.
     await new Promise((r) => setTimeout(r, 3000 + warmup * 1000));
     await stats(srv.port, true);
@@ -209,7 +239,10 @@ async function streamsAgainst(
       failedUtterances: r.failedUtterances,
       completionMs: r.completionMs,
       /** Client-observed completion minus the worker's fixed delay: includes the HTTP client to the worker. */
-      overheadIncludingWorkerCallMs: { p50: Math.round((r.completionMs.p50 - delay) * 10) / 10, p99: Math.round((r.completionMs.p99 - delay) * 10) / 10 },
+      overheadIncludingWorkerCallMs: {
+        p50: Math.round((r.completionMs.p50 - delay) * 10) / 10,
+        p99: Math.round((r.completionMs.p99 - delay) * 10) / 10,
+      },
       /** Server-side: speech_stopped -> completed minus the engine call (what the realtime tier itself adds). */
       gatewayOverheadMs: s.gatewayOverheadMs ?? null,
       connectMs: r.connectMs,
@@ -233,15 +266,34 @@ async function streams(): Promise<void> {
   const { db, key } = await setup();
   const worker = await start(path.join(here, 'fakeWorker.ts'), { FAKE_DELAY_MS: String(delay) });
   try {
-    const uws = await streamsAgainst('uWebSockets.js (realtime/main.ts)', path.join(repoRoot, 'realtime/main.ts'), db, key, worker.port, n, seconds, delay);
+    const uws = await streamsAgainst(
+      'uWebSockets.js (realtime/main.ts)',
+      path.join(repoRoot, 'realtime/main.ts'),
+      db,
+      key,
+      worker.port,
+      n,
+      seconds,
+      delay,
+    );
     console.log(JSON.stringify(uws, null, 2));
-    const plain = await streamsAgainst('plain ws (test/bench/realtime/plainWsServer.ts)', path.join(here, 'plainWsServer.ts'), db, key, worker.port, n, seconds, delay);
+    const plain = await streamsAgainst(
+      'plain ws (test/bench/realtime/plainWsServer.ts)',
+      path.join(here, 'plainWsServer.ts'),
+      db,
+      key,
+      worker.port,
+      n,
+      seconds,
+      delay,
+    );
     console.log(JSON.stringify(plain, null, 2));
     console.log(
       JSON.stringify(
         {
           cpuRatio_uws_over_ws: Math.round((uws.cpuCores / plain.cpuCores) * 100) / 100,
-          loopDelayP99Ratio_uws_over_ws: Math.round((uws.eventLoopLagMs.p99 / Math.max(0.01, plain.eventLoopLagMs.p99)) * 100) / 100,
+          loopDelayP99Ratio_uws_over_ws:
+            Math.round((uws.eventLoopLagMs.p99 / Math.max(0.01, plain.eventLoopLagMs.p99)) * 100) / 100,
         },
         null,
         2,

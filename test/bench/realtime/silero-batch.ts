@@ -65,12 +65,25 @@ type Result = { flags: Uint8Array[]; usPerWindow: number };
 
 // The shipped graph through the same binding (timing, and probabilities to compare with the rewrite).
 type Tensor = { data: Float32Array };
-type Session = { loadModel(p: string | ArrayBufferLike, ...a: unknown[]): void; run(f: unknown, o: unknown, r: unknown): Record<string, Tensor> };
+type Session = {
+  loadModel(p: string | ArrayBufferLike, ...a: unknown[]): void;
+  run(f: unknown, o: unknown, r: unknown): Record<string, Tensor>;
+};
 const require = createRequire(import.meta.url);
-const ort = require('onnxruntime-node') as { Tensor: new (t: string, d: Float32Array | BigInt64Array, dims: number[]) => unknown };
-const binding = require('onnxruntime-node/dist/binding.js') as { initOrt(): void; binding: { InferenceSession: new () => Session } };
+const ort = require('onnxruntime-node') as {
+  Tensor: new (t: string, d: Float32Array | BigInt64Array, dims: number[]) => unknown;
+};
+const binding = require('onnxruntime-node/dist/binding.js') as {
+  initOrt(): void;
+  binding: { InferenceSession: new () => Session };
+};
 binding.initOrt();
-const ORT_OPTIONS = { intraOpNumThreads: 1, interOpNumThreads: 1, executionMode: 'sequential', graphOptimizationLevel: 'all' };
+const ORT_OPTIONS = {
+  intraOpNumThreads: 1,
+  interOpNumThreads: 1,
+  executionMode: 'sequential',
+  graphOptimizationLevel: 'all',
+};
 const shipped = new binding.binding.InferenceSession();
 shipped.loadModel(modelPath, ORT_OPTIONS);
 const rewritten = new binding.binding.InferenceSession();
@@ -93,7 +106,15 @@ function runShipped(batch: number): number {
         state.set(states[g + i].subarray(0, 128), i * 128);
         state.set(states[g + i].subarray(128), (n + i) * 128);
       }
-      const out = shipped.run({ input: new ort.Tensor('float32', input, [n, 576]), state: new ort.Tensor('float32', state, [2, n, 128]), sr: SR }, { output: null, stateN: null }, {});
+      const out = shipped.run(
+        {
+          input: new ort.Tensor('float32', input, [n, 576]),
+          state: new ort.Tensor('float32', state, [2, n, 128]),
+          sr: SR,
+        },
+        { output: null, stateN: null },
+        {},
+      );
       for (let i = 0; i < n; i++) {
         states[g + i].set(out.stateN.data.subarray(i * 128, (i + 1) * 128), 0);
         states[g + i].set(out.stateN.data.subarray((n + i) * 128, (n + i + 1) * 128), 128);
@@ -117,8 +138,23 @@ function maxProbabilityDifference(): number {
       input.set(audio[i][w].subarray(0, 64), i * 576 + 512);
       frameWindow(input.subarray(i * 576, (i + 1) * 576), frames, i * FRAMED_INPUT);
     }
-    const a = shipped.run({ input: new ort.Tensor('float32', input, [n, 576]), state: new ort.Tensor('float32', s1, [2, n, 128]), sr: SR }, { output: null, stateN: null }, {});
-    const b = rewritten.run({ frames: new ort.Tensor('float32', frames, [n, 4, 256]), state: new ort.Tensor('float32', s2, [2, n, 128]) }, { output: null, stateN: null }, {});
+    const a = shipped.run(
+      {
+        input: new ort.Tensor('float32', input, [n, 576]),
+        state: new ort.Tensor('float32', s1, [2, n, 128]),
+        sr: SR,
+      },
+      { output: null, stateN: null },
+      {},
+    );
+    const b = rewritten.run(
+      {
+        frames: new ort.Tensor('float32', frames, [n, 4, 256]),
+        state: new ort.Tensor('float32', s2, [2, n, 128]),
+      },
+      { output: null, stateN: null },
+      {},
+    );
     for (let i = 0; i < n; i++) max = Math.max(max, Math.abs(a.output.data[i] - b.output.data[i]));
     s1 = a.stateN.data;
     s2 = b.stateN.data;
@@ -165,7 +201,14 @@ function sherpaVads(): SherpaVad[] | null {
     (_, s) =>
       new sherpa.Vad(
         {
-          sileroVad: { model: modelPath, threshold: thresholdOf(s), minSilenceDuration: 0.032, minSpeechDuration: 0.032, windowSize: WINDOW_SAMPLES, maxSpeechDuration: 60 },
+          sileroVad: {
+            model: modelPath,
+            threshold: thresholdOf(s),
+            minSilenceDuration: 0.032,
+            minSpeechDuration: 0.032,
+            windowSize: WINDOW_SAMPLES,
+            maxSpeechDuration: 60,
+          },
           sampleRate: SAMPLE_RATE,
           numThreads: 1,
           provider: 'cpu',
@@ -235,7 +278,9 @@ for (let r = 0; r < ROUNDS; r++) {
   }
 }
 
-const baseline = median(times.get('sherpa, one session per stream') ?? times.get('batched rewrite, batch 1')!);
+const baseline = median(
+  times.get('sherpa, one session per stream') ?? times.get('batched rewrite, batch 1')!,
+);
 console.log(
   JSON.stringify(
     {
@@ -247,7 +292,9 @@ console.log(
       medianUsPerWindow: Object.fromEntries([...times].map(([k, v]) => [k, Math.round(median(v) * 10) / 10])),
       allUsPerWindow: Object.fromEntries([...times].map(([k, v]) => [k, v.map((x) => Math.round(x))])),
       maxProbabilityDifferenceShippedVsRewrite: maxProbabilityDifference(),
-      speedupOverSherpa: Object.fromEntries([...times].map(([k, v]) => [k, Math.round((baseline / median(v)) * 100) / 100])),
+      speedupOverSherpa: Object.fromEntries(
+        [...times].map(([k, v]) => [k, Math.round((baseline / median(v)) * 100) / 100]),
+      ),
       differingFlags: mismatches,
       totalWindows: STREAMS * WINDOWS,
     },

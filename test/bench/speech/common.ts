@@ -28,7 +28,16 @@ export async function postClip(
   form.append('file', new Blob([wav as Uint8Array<ArrayBuffer>], { type: 'audio/wav' }), 'clip.wav');
   for (const [k, v] of Object.entries(fields)) form.append(k, v);
   const started = performance.now();
-  const res = await fetch(`${baseUrl}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  const res = await fetch(`${baseUrl}/v1/audio/transcriptions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+    body: form,
+  });
   const body = await res.text();
-  return { status: res.status, ms: performance.now() - started, engineMs: Number(res.headers.get('x-engine-ms') ?? NaN), body };
+  return {
+    status: res.status,
+    ms: performance.now() - started,
+    engineMs: Number(res.headers.get('x-engine-ms') ?? NaN),
+    body,
+  };
 }

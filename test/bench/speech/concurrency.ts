@@ -35,9 +35,15 @@ const wall = (performance.now() - started) / 1000;
 await app.close();
 const total = clients * rounds;
 const errors = total - (statuses.get(200) ?? 0);
-console.log(`${clients} clients x ${rounds} requests of ${c.file} (${c.seconds} s), decoder threads: ${app.config.speech.builtin.threads}`);
+console.log(
+  `${clients} clients x ${rounds} requests of ${c.file} (${c.seconds} s), decoder threads: ${app.config.speech.builtin.threads}`,
+);
 console.log(`statuses: ${JSON.stringify(Object.fromEntries(statuses))}; errors: ${errors}`);
-console.log(`latency p50 ${fmt(percentile(latencies, 50))} ms, p95 ${fmt(percentile(latencies, 95))} ms, max ${fmt(Math.max(...latencies))} ms`);
-console.log(`decode time per request p50 ${fmt(percentile(engineMs, 50))} ms (RTF ${fmt(percentile(engineMs, 50) / 1000 / c.seconds, 2)})`);
+console.log(
+  `latency p50 ${fmt(percentile(latencies, 50))} ms, p95 ${fmt(percentile(latencies, 95))} ms, max ${fmt(Math.max(...latencies))} ms`,
+);
+console.log(
+  `decode time per request p50 ${fmt(percentile(engineMs, 50))} ms (RTF ${fmt(percentile(engineMs, 50) / 1000 / c.seconds, 2)})`,
+);
 console.log(`throughput ${fmt(total / wall, 2)} req/s, ${fmt((total * c.seconds) / wall, 2)} audio s per s`);
 process.exit(errors ? 1 : 0);

@@ -18,11 +18,16 @@ const MB = 1024 * 1024;
 if (process.argv[2] === 'child') {
   const threads = Number(process.argv[3]);
   const before = process.memoryUsage().rss;
-  const engine = new BuiltinEngine({ ...loadConfig({}).speech.builtin, threads }, createLogger({ level: 'silent' }));
+  const engine = new BuiltinEngine(
+    { ...loadConfig({}).speech.builtin, threads },
+    createLogger({ level: 'silent' }),
+  );
   await engine.ready();
   while (engine.stats().ready < threads) await new Promise((r) => setTimeout(r, 100));
   const pcm = pcmOfWav(clip('librivox-austen-0880.wav').path);
-  await Promise.all(Array.from({ length: threads }, (_, i) => engine.transcribe({ pcm, workerId: `builtin-${i}` })));
+  await Promise.all(
+    Array.from({ length: threads }, (_, i) => engine.transcribe({ pcm, workerId: `builtin-${i}` })),
+  );
   const after = process.memoryUsage().rss;
   console.log(JSON.stringify({ threads, before, after }));
   await engine.close();
@@ -33,8 +38,12 @@ const self = fileURLToPath(import.meta.url);
 console.log('| decoders | RSS before MB | RSS after MB | added MB | per decoder MB |');
 console.log('|---|---|---|---|---|');
 for (const threads of [1, 2, 4]) {
-  const out = execFileSync(process.execPath, ['--import', 'tsx', self, 'child', String(threads)], { encoding: 'utf8' });
+  const out = execFileSync(process.execPath, ['--import', 'tsx', self, 'child', String(threads)], {
+    encoding: 'utf8',
+  });
   const r = JSON.parse(out.trim().split('\n').pop()!) as { before: number; after: number };
   const added = (r.after - r.before) / MB;
-  console.log(`| ${threads} | ${fmt(r.before / MB)} | ${fmt(r.after / MB)} | ${fmt(added)} | ${fmt(added / threads)} |`);
+  console.log(
+    `| ${threads} | ${fmt(r.before / MB)} | ${fmt(r.after / MB)} | ${fmt(added)} | ${fmt(added / threads)} |`,
+  );
 }

@@ -30,5 +30,7 @@ console.log(`clip ${c.file} (${c.seconds} s), ${n} sequential requests`);
 console.log('| | p50 ms | p95 ms |');
 console.log('|---|---|---|');
 console.log(`| total latency | ${fmt(percentile(total, 50))} | ${fmt(percentile(total, 95))} |`);
-console.log(`| endpoint overhead (total - engine) | ${fmt(percentile(overhead, 50))} | ${fmt(percentile(overhead, 95))} |`);
+console.log(
+  `| endpoint overhead (total - engine) | ${fmt(percentile(overhead, 50))} | ${fmt(percentile(overhead, 95))} |`,
+);
 process.exit(0);

@@ -15,7 +15,12 @@ import { loadClips } from '../../speech/helpers.js';
 import { fmt, pcmOfWav } from './common.js';
 
 const trials = Number(process.argv[2] ?? 4);
-console.log(`machine: ${os.availableParallelism()} cores, load average ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+console.log(
+  `machine: ${os.availableParallelism()} cores, load average ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')}`,
+);
 // Every clip twice, longest first, so that two threads finish together
 // (a trial's wall time is its slowest thread's).
 const clips = [...loadClips(), ...loadClips()].sort((a, b) => b.seconds - a.seconds);
@@ -31,7 +36,10 @@ interface Trial {
 }
 const engines = new Map<number, BuiltinEngine>();
 for (const threads of [1, 2]) {
-  const engine = new BuiltinEngine({ ...loadConfig({}).speech.builtin, threads, timeoutBaseMs: 600_000 }, logger);
+  const engine = new BuiltinEngine(
+    { ...loadConfig({}).speech.builtin, threads, timeoutBaseMs: 600_000 },
+    logger,
+  );
   while (engine.stats().ready < threads) await new Promise((r) => setTimeout(r, 100));
   engines.set(threads, engine);
 }
@@ -45,7 +53,12 @@ async function trial(threads: number): Promise<Trial> {
   const cpu = process.cpuUsage(cpu0);
   const engineSeconds = out.reduce((s, r) => s + r.engineMs / 1000, 0);
   // CPU seconds of all threads of this process per audio second: the work itself, whatever the contention.
-  return { wall, throughput: audioSeconds / wall, rtf: engineSeconds / audioSeconds, cpuPerAudio: (cpu.user + cpu.system) / 1e6 / audioSeconds };
+  return {
+    wall,
+    throughput: audioSeconds / wall,
+    rtf: engineSeconds / audioSeconds,
+    cpuPerAudio: (cpu.user + cpu.system) / 1e6 / audioSeconds,
+  };
 }
 
 const all = new Map<number, Trial[]>([
@@ -56,14 +69,28 @@ for (let i = 0; i < trials; i++) for (const threads of [1, 2]) all.get(threads)!
 for (const e of engines.values()) await e.close();
 
 const best = (threads: number) => all.get(threads)!.reduce((a, b) => (b.throughput > a.throughput ? b : a));
-console.log(`audio: ${fmt(audioSeconds)} s per trial (${clips.length} clips at once, longest first), ${trials} trials per thread count`);
-console.log('| decoder threads | best wall s | best throughput (x real time) | RTF per decode | CPU s per audio s | all trials (x real time) |');
+console.log(
+  `audio: ${fmt(audioSeconds)} s per trial (${clips.length} clips at once, longest first), ${trials} trials per thread count`,
+);
+console.log(
+  '| decoder threads | best wall s | best throughput (x real time) | RTF per decode | CPU s per audio s | all trials (x real time) |',
+);
 console.log('|---|---|---|---|---|---|');
 for (const threads of [1, 2]) {
   const b = best(threads);
-  const list = all.get(threads)!.map((t) => fmt(t.throughput, 2)).join(', ');
-  console.log(`| ${threads} | ${fmt(b.wall)} | ${fmt(b.throughput, 2)} | ${fmt(b.rtf, 3)} | ${fmt(b.cpuPerAudio, 3)} | ${list} |`);
+  const list = all
+    .get(threads)!
+    .map((t) => fmt(t.throughput, 2))
+    .join(', ');
+  console.log(
+    `| ${threads} | ${fmt(b.wall)} | ${fmt(b.throughput, 2)} | ${fmt(b.rtf, 3)} | ${fmt(b.cpuPerAudio, 3)} | ${list} |`,
+  );
 }
 console.log(`2 threads vs 1 (best trials): ${fmt(best(2).throughput / best(1).throughput, 2)}x throughput`);
-console.log(`load average after: ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+console.log(
+  `load average after: ${os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ')}`,
+);
 process.exit(0);

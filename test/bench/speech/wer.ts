@@ -14,7 +14,10 @@ import { startSpeechApp } from '../../speech/app.js';
 import { fmt, pcmOfWav, postClip } from './common.js';
 
 const clips = loadClips();
-const direct = new BuiltinEngine(loadConfig({ STT_THREADS: '1' }).speech.builtin, createLogger({ level: 'silent' }));
+const direct = new BuiltinEngine(
+  loadConfig({ STT_THREADS: '1' }).speech.builtin,
+  createLogger({ level: 'silent' }),
+);
 await direct.ready();
 const directText: string[] = [];
 for (const c of clips) directText.push((await direct.transcribe({ pcm: pcmOfWav(c.path) })).text);
@@ -41,7 +44,11 @@ clips.forEach((c, i) => {
   refWords += n;
   errDirect += wd * n;
   errEndpoint += we * n;
-  console.log(`| ${c.file} | ${fmt(c.seconds, 2)} | ${fmt(wd * 100)}% | ${fmt(we * 100)}% | ${directText[i] === endpointText[i] ? 'yes' : 'no'} |`);
+  console.log(
+    `| ${c.file} | ${fmt(c.seconds, 2)} | ${fmt(wd * 100)}% | ${fmt(we * 100)}% | ${directText[i] === endpointText[i] ? 'yes' : 'no'} |`,
+  );
 });
-console.log(`| **all (word-weighted)** | | ${fmt((errDirect / refWords) * 100)}% | ${fmt((errEndpoint / refWords) * 100)}% | |`);
+console.log(
+  `| **all (word-weighted)** | | ${fmt((errDirect / refWords) * 100)}% | ${fmt((errEndpoint / refWords) * 100)}% | |`,
+);
 process.exit(0);

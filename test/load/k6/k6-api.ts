@@ -51,7 +51,8 @@ export class Trend {
     const sorted = [...this.values].sort((a, b) => a - b);
     if (sorted.length === 0) return NaN;
     const pct = /^p\((\d+(?:\.\d+)?)\)$/.exec(name);
-    if (pct) return sorted[Math.min(sorted.length - 1, Math.ceil((Number(pct[1]) / 100) * sorted.length) - 1)];
+    if (pct)
+      return sorted[Math.min(sorted.length - 1, Math.ceil((Number(pct[1]) / 100) * sorted.length) - 1)];
     switch (name) {
       case 'avg':
         return sorted.reduce((a, b) => a + b, 0) / sorted.length;
@@ -132,7 +133,11 @@ export class WebSocket {
   onerror: ((e: { error: string }) => void) | null = null;
   private readonly ws: WebSocketImpl;
 
-  constructor(url: string, protocols?: string | string[] | null, params?: { headers?: Record<string, string> }) {
+  constructor(
+    url: string,
+    protocols?: string | string[] | null,
+    params?: { headers?: Record<string, string> },
+  ) {
     const vu = current();
     hold(vu);
     this.ws = new WebSocketImpl(url, protocols ?? undefined, { headers: params?.headers });
@@ -141,7 +146,9 @@ export class WebSocket {
     this.ws.on('message', (data, isBinary) => {
       if (!isBinary) return this.onmessage?.({ data: data.toString() });
       const buf = data as Buffer;
-      this.onmessage?.({ data: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer });
+      this.onmessage?.({
+        data: buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer,
+      });
     });
     this.ws.on('error', (err) => this.onerror?.({ error: err.message }));
     this.ws.on('close', (code, reason) => {
@@ -159,7 +166,8 @@ export class WebSocket {
   }
 
   send(data: string | ArrayBuffer): void {
-    if (this.ws.readyState === WebSocketImpl.OPEN) this.ws.send(typeof data === 'string' ? data : Buffer.from(data));
+    if (this.ws.readyState === WebSocketImpl.OPEN)
+      this.ws.send(typeof data === 'string' ? data : Buffer.from(data));
   }
 
   close(code?: number, reason?: string): void {

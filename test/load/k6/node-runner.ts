@@ -66,7 +66,9 @@ export function checkThresholds(thresholds: Record<string, string[]>): Threshold
   for (const [name, exprs] of Object.entries(thresholds)) {
     const metric = metrics.get(name);
     for (const expression of exprs) {
-      const m = /^\s*([a-z]+(?:\(\d+(?:\.\d+)?\))?)\s*(<=|>=|===|==|!=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$/.exec(expression);
+      const m = /^\s*([a-z]+(?:\(\d+(?:\.\d+)?\))?)\s*(<=|>=|===|==|!=|<|>)\s*(-?\d+(?:\.\d+)?)\s*$/.exec(
+        expression,
+      );
       if (!m) throw new Error(`unsupported threshold "${expression}"`);
       const value = metric ? metric.stat(m[1]) : NaN;
       // An absent counter counts as zero; an empty trend fails its thresholds.
@@ -90,13 +92,16 @@ async function runVu(vu: Vu, fn: () => void, until: number, graceEnd: () => numb
       };
       vu.idle = finish;
       // Past the scenario plus gracefulStop, k6 interrupts the iteration.
-      const guard = global.setTimeout(() => {
-        for (const t of vu.timers) global.clearTimeout(t);
-        vu.timers.clear();
-        for (const ws of vu.sockets) ws.terminate();
-        vu.pending = 0;
-        finish();
-      }, Math.max(0, graceEnd() - Date.now()));
+      const guard = global.setTimeout(
+        () => {
+          for (const t of vu.timers) global.clearTimeout(t);
+          vu.timers.clear();
+          for (const ws of vu.sockets) ws.terminate();
+          vu.pending = 0;
+          finish();
+        },
+        Math.max(0, graceEnd() - Date.now()),
+      );
       vuContext.run(vu, () => {
         hold(vu);
         try {
@@ -125,24 +130,41 @@ export async function runK6Script(scriptPath: string, env: Record<string, string
   g.__ENV = env;
   g.open = (file: string, mode?: string) => {
     const data = fs.readFileSync(path.resolve(path.dirname(abs), file));
-    return mode === 'b' ? data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength) : data.toString();
+    return mode === 'b'
+      ? data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength)
+      : data.toString();
   };
   Object.defineProperty(g, '__VU', { configurable: true, get: () => vuContext.getStore()?.id ?? 0 });
-  Object.defineProperty(g, '__ITER', { configurable: true, get: () => (vuContext.getStore()?.iteration ?? 1) - 1 });
+  Object.defineProperty(g, '__ITER', {
+    configurable: true,
+    get: () => (vuContext.getStore()?.iteration ?? 1) - 1,
+  });
 
   // Point the script's k6 imports at this module, in a temporary copy.
-  const self = new URL('./k6-api.ts', import.meta.url).href.replace(/\.ts$/, import.meta.url.endsWith('.ts') ? '.ts' : '.js');
-  const source = fs.readFileSync(abs, 'utf8').replace(/from\s+['"]k6\/(websockets|metrics|timers)['"]/g, `from ${JSON.stringify(self)}`);
+  const self = new URL('./k6-api.ts', import.meta.url).href.replace(
+    /\.ts$/,
+    import.meta.url.endsWith('.ts') ? '.ts' : '.js',
+  );
+  const source = fs
+    .readFileSync(abs, 'utf8')
+    .replace(/from\s+['"]k6\/(websockets|metrics|timers)['"]/g, `from ${JSON.stringify(self)}`);
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'k6-node-'));
   const copy = path.join(tmp, path.basename(abs).replace(/\.js$/, '.mjs'));
   fs.writeFileSync(copy, source);
-  let mod: { default: () => void; options?: { scenarios?: Record<string, ConstantVus>; thresholds?: Record<string, string[]> } };
+  let mod: {
+    default: () => void;
+    options?: { scenarios?: Record<string, ConstantVus>; thresholds?: Record<string, string[]> };
+  };
   try {
     mod = await import(pathToFileURL(copy).href);
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
-  const scenarios = Object.values(mod.options?.scenarios ?? { default: { executor: 'constant-vus', vus: 1, duration: '10s' } as ConstantVus });
+  const scenarios = Object.values(
+    mod.options?.scenarios ?? {
+      default: { executor: 'constant-vus', vus: 1, duration: '10s' } as ConstantVus,
+    },
+  );
   const vus: Vu[] = [];
   const runs: Promise<void>[] = [];
   for (const sc of scenarios) {
@@ -161,7 +183,9 @@ export async function runK6Script(scriptPath: string, env: Record<string, string
   for (const [name, m] of metrics) {
     summary[name] =
       m instanceof Trend
-        ? Object.fromEntries(['count', 'avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'max'].map((s) => [s, m.stat(s)]))
+        ? Object.fromEntries(
+            ['count', 'avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'max'].map((s) => [s, m.stat(s)]),
+          )
         : { count: m.total };
   }
   return {
@@ -190,8 +214,13 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.a
   const fmt = (v: number) => (Number.isInteger(v) ? String(v) : v.toFixed(2));
   console.log(`iterations: ${result.iterations}`);
   for (const [name, stats] of Object.entries(result.metrics)) {
-    console.log(`${name}: ${Object.entries(stats).map(([k, v]) => `${k}=${fmt(v)}`).join(' ')}`);
+    console.log(
+      `${name}: ${Object.entries(stats)
+        .map(([k, v]) => `${k}=${fmt(v)}`)
+        .join(' ')}`,
+    );
   }
-  for (const t of result.thresholds) console.log(`${t.ok ? '✓' : '✗'} ${t.metric} ${t.expression} (${fmt(t.value)})`);
+  for (const t of result.thresholds)
+    console.log(`${t.ok ? '✓' : '✗'} ${t.metric} ${t.expression} (${fmt(t.value)})`);
   process.exit(result.thresholds.every((t) => t.ok) ? 0 : 99);
 }

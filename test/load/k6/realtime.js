@@ -26,7 +26,12 @@ const failed = new Counter('rt_failed_utterances');
 export const options = {
   scenarios: {
     // One iteration per VU: it streams for DURATION_S, then drains (gracefulStop covers the drain).
-    stream: { executor: 'constant-vus', vus: Number(__ENV.VUS || 20), duration: `${DURATION_S}s`, gracefulStop: '30s' },
+    stream: {
+      executor: 'constant-vus',
+      vus: Number(__ENV.VUS || 20),
+      duration: `${DURATION_S}s`,
+      gracefulStop: '30s',
+    },
   },
   thresholds: {
     rt_connect_ms: ['p(99)<500'],
