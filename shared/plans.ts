@@ -1,6 +1,7 @@
 /**
- * Plan catalog. `free` is fixed by the interface (section 8); `pro` is our
- * seeded default; PLANS_JSON may override any plan's limits or add plans.
+ * Plan catalog. `free` is fixed by the interface (section 8) and cannot be
+ * overridden; `pro` is our seeded default; PLANS_JSON may change `pro` and
+ * add plans (missing fields taken from `free`, unknown fields refused).
  */
 export interface PlanLimits {
   maxConcurrentConnections: number;
@@ -57,6 +58,23 @@ export class PlanCatalog {
   constructor(overrides: Record<string, Partial<PlanLimits>> = {}) {
     this.plans = new Map(Object.entries(BUILTIN_PLANS).map(([k, v]) => [k, { ...v }]));
     for (const [name, partial] of Object.entries(overrides)) {
+      if (name === 'free') {
+        throw new Error(
+          'PLANS_JSON: the "free" plan is fixed by the interface (section 8); define another plan instead',
+        );
+      }
+      if (!/^[A-Za-z0-9_.-]{1,100}$/.test(name)) {
+        throw new Error(`PLANS_JSON: plan name "${name}" must be 1-100 letters, digits, ".", "_" or "-"`);
+      }
+      if (partial === null || typeof partial !== 'object' || Array.isArray(partial)) {
+        throw new Error(`PLANS_JSON: plan "${name}" must be an object of limits`);
+      }
+      const unknown = Object.keys(partial).filter((f) => !(PLAN_LIMIT_FIELDS as string[]).includes(f));
+      if (unknown.length) {
+        throw new Error(
+          `PLANS_JSON: plan "${name}" has unknown field(s) ${unknown.join(', ')} (known: ${PLAN_LIMIT_FIELDS.join(', ')})`,
+        );
+      }
       const base = this.plans.get(name) ?? BUILTIN_PLANS.free;
       const merged = { ...base, ...partial } as PlanLimits;
       for (const f of PLAN_LIMIT_FIELDS) {

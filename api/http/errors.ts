@@ -73,6 +73,12 @@ const UNAVAILABLE_CODES = new Set([
 ]);
 
 /** True for errors that mean the database (or Redis) could not be reached. */
+/** Postgres "data exception" class (22xxx: a NUL byte in text, a malformed value): the input's fault. */
+export function isDataException(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
+}
+
 export function isStoreUnavailable(err: unknown): boolean {
   const e = err as { code?: string; name?: string; message?: string; errors?: unknown[] };
   if (!e || typeof e !== 'object') return false;
@@ -103,6 +109,9 @@ export function toApiError(err: unknown, plane: Plane): ApiError {
   }
   if (status && status >= 400 && status < 500 && e.expose) {
     return new ApiError(status, 'invalid_request', e.message ?? 'Bad request.');
+  }
+  if (isDataException(err)) {
+    return new ApiError(400, 'invalid_request', 'The request contains a value the data store cannot hold.');
   }
   if (isStoreUnavailable(err)) {
     return new ApiError(

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
-import { accessLogWriter } from '../../shared/logger.js';
+import { accessLogWriter, scrubSecrets } from '../../shared/logger.js';
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -37,7 +37,11 @@ export function requestContext(logger: Logger, opts: { sample?: number } = {}): 
   const sample = opts.sample ?? 1;
   return async (ctx, next) => {
     const incoming = ctx.req.headers['x-request-id'];
-    const requestId = typeof incoming === 'string' && SAFE_ID.test(incoming) ? incoming : randomUUID();
+    // A caller's id is kept when it is plain and carries nothing secret-shaped (it goes into every log line).
+    const requestId =
+      typeof incoming === 'string' && SAFE_ID.test(incoming) && scrubSecrets(incoming) === incoming
+        ? incoming
+        : randomUUID();
     ctx.state = new RequestState(logger, requestId);
     ctx.res.setHeader('X-Request-Id', requestId);
     const started = performance.now();

@@ -104,7 +104,9 @@ export class Authenticator {
 
   /** Parses an Authorization header value: only the Bearer scheme is accepted. */
   static bearer(header: string | undefined): { token?: string; failure?: AuthFailure } {
-    if (header === undefined || header.trim() === '') return { failure: authFailure('missing_api_key') };
+    // No header, an empty one, or the Bearer scheme with nothing after it: no key was given.
+    if (header === undefined || /^\s*(Bearer\s*)?$/i.test(header))
+      return { failure: authFailure('missing_api_key') };
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
     if (!m) return { failure: authFailure('invalid_api_key') };
     return { token: m[1] };

@@ -15,12 +15,20 @@ export function str(env: Env, name: string, fallback?: string): string | undefin
   return v === undefined || v === '' ? fallback : v;
 }
 
-export function int(env: Env, name: string, fallback: number, min = Number.MIN_SAFE_INTEGER): number {
+export function int(
+  env: Env,
+  name: string,
+  fallback: number,
+  min = Number.MIN_SAFE_INTEGER,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   const v = env[name];
   if (v === undefined || v === '') return fallback;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min)
-    throw new ConfigError(`${name} must be an integer >= ${min}, got "${v}"`);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `between ${min} and ${max}`;
+    throw new ConfigError(`${name} must be an integer ${range}, got "${v}"`);
+  }
   return n;
 }
 

@@ -54,14 +54,17 @@ export function platformConfig(env: Env): PlatformConfig {
       trustProxy: bool(env, 'TRUST_PROXY', false),
     },
     databaseUrl: str(env, 'DATABASE_URL'),
-    dbPoolMax: int(env, 'DB_POOL_MAX', 10, 1),
+    // Two at least: start-up migrations hold one connection for their advisory lock while knex uses another.
+    dbPoolMax: int(env, 'DB_POOL_MAX', 10, 2),
     migrateOnStart: bool(env, 'MIGRATE_ON_START', true),
     redisUrl: str(env, 'REDIS_URL'),
     auth: {
       adminToken: str(env, 'GATEWAY_ADMIN_TOKEN'),
       sessionTokenSecret: str(env, 'GATEWAY_SESSION_TOKEN_SECRET'),
-      sessionTokenTtlSeconds: int(env, 'SESSION_TOKEN_TTL_SECONDS', 60, 1),
-      keyCacheTtlMs: int(env, 'AUTH_CACHE_TTL_MS', 1000, 0),
+      // The interface fixes 60 s (2.8); shorter is allowed, longer is not.
+      sessionTokenTtlSeconds: int(env, 'SESSION_TOKEN_TTL_SECONDS', 60, 1, 60),
+      // A revoked key must be refused everywhere within 2 s: the cache may never trust a lookup longer.
+      keyCacheTtlMs: int(env, 'AUTH_CACHE_TTL_MS', 1000, 0, 2000),
       lastUsedFlushMs: int(env, 'AUTH_LAST_USED_FLUSH_MS', 5000, 10),
     },
     plans: {

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { ADMIN_TOKEN, createTestApp, type TestApp } from '../helpers/app.js';
 import { hashApiKey } from '../../shared/auth/keys.js';
+import { BUILTIN_PLANS, PlanCatalog } from '../../shared/plans.js';
 
 const KEYS = '/v1/external-transcription/keys';
 const admin = { Authorization: `Bearer ${ADMIN_TOKEN}` };
@@ -31,6 +32,22 @@ describe('admin API', () => {
       idleTimeoutSeconds: 60,
     });
     expect(res.body.data.map((p: { plan: string }) => p.plan)).to.include('pro');
+  });
+
+  it('PLANS_JSON changes pro and adds plans, but never free, and refuses unknown limit names', () => {
+    const catalog = new PlanCatalog({
+      pro: { maxRequestsPerMinute: 900 },
+      team: { maxConcurrentConnections: 5 },
+    });
+    expect(catalog.limits('pro').maxRequestsPerMinute).to.equal(900);
+    expect(catalog.limits('team')).to.deep.equal({ ...BUILTIN_PLANS.free, maxConcurrentConnections: 5 });
+    expect(catalog.limits('free')).to.deep.equal(BUILTIN_PLANS.free);
+    expect(() => new PlanCatalog({ free: { maxRequestsPerMinute: 1000 } })).to.throw(/"free" plan is fixed/);
+    expect(() => new PlanCatalog({ team: { maxRequestPerMinute: 5 } as object })).to.throw(
+      /unknown field\(s\) maxRequestPerMinute/,
+    );
+    expect(() => new PlanCatalog({ team: { maxRequestsPerMinute: -1 } })).to.throw(/non-negative integer/);
+    expect(() => new PlanCatalog({ 'bad name': {} })).to.throw(/plan name/);
   });
 
   it('issues a key once in plaintext and stores only its SHA-256 hash', async () => {
@@ -96,8 +113,22 @@ describe('admin API', () => {
 
   it('records expires_at and reports expired keys', async () => {
     const at = new Date(Date.now() + 3600_000).toISOString();
-    const res = await request(t.server).post(KEYS).set(admin).send({ expires_at: at }).expect(201);
+    const res = await request(t.server)
+      .post(KEYS)
+      .set(admin)
+      .send({ expires_at: at, owner_id: 'expiring' })
+      .expect(201);
     expect(res.body.data.expiresAt).to.equal(at);
+    expect(res.body.data.status).to.equal('active');
+    // Time passes: the key is past its expiry.
+    await t.deps
+      .db('api_keys')
+      .where({ id: res.body.data.id })
+      .update({ expires_at: new Date(Date.now() - 1000) });
+    const got = await request(t.server).get(`${KEYS}/${res.body.data.id}`).set(admin).expect(200);
+    expect(got.body.data.status).to.equal('expired');
+    const listed = await request(t.server).get(`${KEYS}?owner_id=expiring`).set(admin).expect(200);
+    expect(listed.body.data.map((k: { status: string }) => k.status)).to.deep.equal(['expired']);
   });
 
   describe('errors in the admin envelope', () => {
@@ -138,6 +169,32 @@ describe('admin API', () => {
       envelope(
         (await request(t.server).delete(`${KEYS}/%27%3Bdrop`).set(admin).expect(404)).body,
         'key_not_found',
+      );
+      // A NUL byte (Postgres text cannot hold it) or a huge id: not found, not echoed, never a 500.
+      for (const id of ['%00', 'key_%00x', 'k'.repeat(5000)]) {
+        for (const method of ['get', 'delete'] as const) {
+          const res = await request(t.server)[method](`${KEYS}/${id}`).set(admin).expect(404);
+          envelope(res.body, 'key_not_found');
+          expect(res.body.error.message.length).to.be.below(100);
+        }
+      }
+    });
+
+    it('400 for control characters (NUL included) in owner_id, plan or label, in bodies and queries', async () => {
+      for (const body of [
+        { owner_id: 'a\u0000b' },
+        { label: 'x\u0000' },
+        { plan: 'free\u0000' },
+        { owner_id: 'a\nb' },
+      ]) {
+        envelope(
+          (await request(t.server).post(KEYS).set(admin).send(body).expect(400)).body,
+          'invalid_request',
+        );
+      }
+      envelope(
+        (await request(t.server).get(`${KEYS}?owner_id=%00`).set(admin).expect(400)).body,
+        'invalid_request',
       );
     });
 

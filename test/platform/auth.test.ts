@@ -27,6 +27,10 @@ describe('authentication of transcription routes (shared/auth)', () => {
 
   it('refuses a missing key (missing_api_key), a wrong scheme or malformed/unknown key (invalid_api_key)', async () => {
     expect(codeOf(await request(a.server).post(TOKEN).expect(401))).to.equal('missing_api_key');
+    for (const empty of ['Bearer', 'Bearer   ', ' ']) {
+      const res = await request(a.server).post(TOKEN).set('Authorization', empty).expect(401);
+      expect(codeOf(res), JSON.stringify(empty)).to.equal('missing_api_key');
+    }
     expect(
       codeOf(await request(a.server).post(TOKEN).set('Authorization', 'Basic abc').expect(401)),
     ).to.equal('invalid_api_key');
@@ -235,6 +239,13 @@ describe('authentication when the key store is unreachable', () => {
         .expect(500);
       expect(adm.body).to.deep.include({ ok: false });
       expect(adm.body.error).to.include({ code: 'store_unavailable', retryable: true });
+      for (const req of [
+        request(down.server).post('/v1/external-transcription/keys').send({}),
+        request(down.server).delete('/v1/external-transcription/keys/key_0123456789abcdef01234567'),
+      ]) {
+        const r = await req.set('Authorization', `Bearer ${down.config.auth.adminToken}`).expect(500);
+        expect(r.body.error).to.include({ code: 'store_unavailable', retryable: true });
+      }
       const ready = await request(down.server).get('/readyz').expect(503);
       expect(ready.body.ok).to.equal(false);
       expect(ready.body.checks.database).to.equal(false);

@@ -5,6 +5,7 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { createTestApp, issueKey, type TestApp, ADMIN_TOKEN, SESSION_SECRET } from '../helpers/app.js';
 import { startApi } from '../../api/server.js';
 import { createLogger } from '../../shared/logger.js';
+import { ConfigError, loadConfig } from '../../shared/config/index.js';
 import type { AddressInfo } from 'node:net';
 
 /** /readyz is 503 while the speech engine loads its models; wait for it. */
@@ -113,6 +114,15 @@ describe('public endpoints, docs and request handling', () => {
       .get('/v1/external-transcription/keys')
       .set('Authorization', 'Bearer wrong-admin-token-value')
       .expect(401);
+    // A key or token pasted as the request id (it is on every line of the request): replaced, not logged.
+    for (const id of [key, token]) {
+      const res = await request(t.server)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('X-Request-Id', id)
+        .set('Authorization', 'Bearer sk-unknown-key-for-a-refusal')
+        .expect(401);
+      expect(res.headers['x-request-id']).to.match(/^[0-9a-f-]{36}$/);
+    }
     t.deps.logger.info(
       { key, token, authorization: `Bearer ${key}` },
       `something mentioned ${key} and ${token}`,
@@ -164,5 +174,18 @@ describe('graceful shutdown', () => {
     await t.deps.db.raw('select 1').catch(() => (failed = true));
     expect(failed).to.equal(true);
     await t.db.drop();
+  });
+});
+
+describe('configuration bounds that keep the interface promises', () => {
+  it('refuses a key cache longer than 2 s, a session token longer than 60 s, and a pool of one connection', () => {
+    expect(() => loadConfig({ AUTH_CACHE_TTL_MS: '2001' })).to.throw(
+      ConfigError,
+      /AUTH_CACHE_TTL_MS .*between 0 and 2000/,
+    );
+    expect(() => loadConfig({ SESSION_TOKEN_TTL_SECONDS: '61' })).to.throw(ConfigError, /between 1 and 60/);
+    expect(() => loadConfig({ DB_POOL_MAX: '1' })).to.throw(ConfigError, /DB_POOL_MAX/);
+    const ok = loadConfig({ AUTH_CACHE_TTL_MS: '2000', SESSION_TOKEN_TTL_SECONDS: '30', DB_POOL_MAX: '2' });
+    expect(ok.auth.keyCacheTtlMs).to.equal(2000);
   });
 });

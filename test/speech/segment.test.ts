@@ -14,7 +14,7 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
   let t: SpeechTestApp;
   let key: string;
   let keyId: string;
-  let freeKey: string;
+  let smallKey: string;
   const austen = clip('librivox-austen-0880.wav');
   const austenWav = fs.readFileSync(austen.path);
   const silenceWav = pcmToWav(Buffer.alloc(16000 * 2));
@@ -23,10 +23,10 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     t = await startSpeechApp({
       STT_THREADS: '2',
       SEGMENT_MAX_UPLOAD_MB: '1',
-      PLANS_JSON: JSON.stringify({ free: { maxAudioSecondsPerRequest: 10, maxRequestsPerMinute: 3 } }),
+      PLANS_JSON: JSON.stringify({ small: { maxAudioSecondsPerRequest: 10, maxRequestsPerMinute: 3 } }),
     });
     ({ key, id: keyId } = await t.issueKey('pro'));
-    ({ key: freeKey } = await t.issueKey('free'));
+    ({ key: smallKey } = await t.issueKey('small'));
   });
   after(() => t?.close());
 
@@ -198,11 +198,11 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     });
 
     it("400 audio_too_long beyond the plan's maxAudioSecondsPerRequest; requests count against maxRequestsPerMinute", async () => {
-      const jfk = fs.readFileSync(clip('jfk.wav').path); // 11 s > 10 s for this free plan
-      expectError(await post(freeKey).attach('file', jfk, 'jfk.wav'), 400, 'audio_too_long');
-      await post(freeKey).attach('file', silenceWav, 's.wav').expect(200);
-      await post(freeKey).attach('file', silenceWav, 's.wav').expect(200);
-      const limited = await post(freeKey).attach('file', silenceWav, 's.wav');
+      const jfk = fs.readFileSync(clip('jfk.wav').path); // 11 s > 10 s for this small plan
+      expectError(await post(smallKey).attach('file', jfk, 'jfk.wav'), 400, 'audio_too_long');
+      await post(smallKey).attach('file', silenceWav, 's.wav').expect(200);
+      await post(smallKey).attach('file', silenceWav, 's.wav').expect(200);
+      const limited = await post(smallKey).attach('file', silenceWav, 's.wav');
       expectError(limited, 429, 'rate_limit_exceeded');
       expect(limited.headers['retry-after']).to.match(/^\d+$/);
     });

@@ -7,8 +7,8 @@ import type { Context } from 'koa';
 import type { AppDeps } from '../../deps.js';
 import { requireAdmin } from '../../http/auth.js';
 import { jsonBody } from '../../http/body.js';
-import { ApiError, isStoreUnavailable, usePlane } from '../../http/errors.js';
-import { check, validateQuery } from '../../http/validate.js';
+import { ApiError, isDataException, isStoreUnavailable, usePlane } from '../../http/errors.js';
+import { check, compile, validateQuery } from '../../http/validate.js';
 import { pathParam } from '../../openapi/registry.js';
 import { adminEnvelope, adminErrorSchema } from '../../openapi/schemas.js';
 import {
@@ -88,6 +88,7 @@ export function register(router: Router, deps: AppDeps): void {
         ok(ctx, record, 201);
       } catch (err) {
         if (isStoreUnavailable(err)) throw storeUnavailable();
+        if (isDataException(err)) throw err; // the input's fault: 400 from the error middleware
         ctx.state.log.error({ err }, 'key issue failed');
         throw new ApiError(500, 'issue_failed', 'The key could not be issued.', { retryable: true });
       }
@@ -99,15 +100,22 @@ export function register(router: Router, deps: AppDeps): void {
     ok(ctx, await guardStore(() => keys.list({ ownerId: owner_id })));
   });
 
+  // An id that cannot be a key id is simply not found (and is not echoed back).
+  const validKeyId = compile(keyIdParam);
+  const notFound = (id: string) =>
+    new ApiError(404, 'key_not_found', validKeyId(id) ? `No key with id "${id}".` : 'No key with that id.');
+
   router.get(`${ADMIN_PREFIX}/keys/:id`, plane, admin, async (ctx) => {
-    const row = await guardStore(() => keys.get(ctx.params.id));
-    if (!row) throw new ApiError(404, 'key_not_found', `No key with id "${ctx.params.id}".`);
+    const id = ctx.params.id;
+    const row = validKeyId(id) ? await guardStore(() => keys.get(id)) : undefined;
+    if (!row) throw notFound(id);
     ok(ctx, keys.present(row));
   });
 
   router.delete(`${ADMIN_PREFIX}/keys/:id`, plane, admin, async (ctx) => {
-    const row = await guardStore(() => keys.revoke(ctx.params.id));
-    if (!row) throw new ApiError(404, 'key_not_found', `No key with id "${ctx.params.id}".`);
+    const id = ctx.params.id;
+    const row = validKeyId(id) ? await guardStore(() => keys.revoke(id)) : undefined;
+    if (!row) throw notFound(id);
     auth.invalidate(row);
     ctx.state.log.info({ keyId: row.id }, 'api key revoked');
     ok(ctx, keys.present(row));

@@ -1,12 +1,15 @@
 import { planLimitsSchema } from '../../openapi/schemas.js';
 
+/** Printable text only: no NUL (Postgres text cannot hold it) and no other control characters. */
+const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f\\u007f]*$';
+
 export const issueKeyBody = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    owner_id: { type: 'string', minLength: 1, maxLength: 200, default: 'default' },
-    plan: { type: 'string', minLength: 1, maxLength: 100 },
-    label: { type: 'string', maxLength: 200 },
+    owner_id: { type: 'string', minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS, default: 'default' },
+    plan: { type: 'string', minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS },
+    label: { type: 'string', maxLength: 200, pattern: NO_CONTROL_CHARS },
     expires_at: { type: 'string', format: 'date-time', description: 'ISO 8601 date-time in the future.' },
   },
 } as const;
@@ -22,11 +25,12 @@ export const listKeysQuery = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    owner_id: { type: 'string', minLength: 1, maxLength: 200 },
+    owner_id: { type: 'string', minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS },
   },
 } as const;
 
-export const keyIdParam = { type: 'string', maxLength: 100 } as const;
+/** Key ids are `key_` + 24 hex; anything else cannot name a key. */
+export const keyIdParam = { type: 'string', maxLength: 100, pattern: '^[A-Za-z0-9_-]+$' } as const;
 
 export const keyRecordSchema = {
   type: 'object',

@@ -13,7 +13,12 @@ const tokenSchema = {
   required: ['token', 'expires_in', 'endpoint'],
   properties: {
     token: { type: 'string', pattern: '^rt_' },
-    expires_in: { type: 'integer', const: 60 },
+    expires_in: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 60,
+      description: 'Seconds: 60 (SESSION_TOKEN_TTL_SECONDS may only shorten it)',
+    },
     endpoint: { type: 'string', const: REALTIME_PATH },
   },
 } as const;

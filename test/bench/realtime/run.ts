@@ -120,7 +120,7 @@ function serverEnv(db: TestDatabase, extra: Record<string, string> = {}): Record
     PLANS_JSON,
     REALTIME_PORT: '0',
     REALTIME_HOST: '127.0.0.1',
-    AUTH_CACHE_TTL_MS: '60000',
+    AUTH_CACHE_TTL_MS: '2000',
     ...(VAD_OFF ? { REALTIME_VAD: 'false', REALTIME_VAD_POOL_WARM: '0' } : {}),
     DB_POOL_MAX: '8',
     ...extra,
