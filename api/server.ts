@@ -67,7 +67,7 @@ export async function startApi(
 /**
  * With REALTIME_PROXY_TARGET (host:port), the API also serves the realtime
  * stream on its own base URL by splicing upgrades through to the realtime
- * process, and /readyz checks that process's health. The embedded start uses
+ * process (and /readyz checks that process's /readyz). The embedded start uses
  * this; a scaled deployment routes the stream path at its load balancer.
  */
 function proxyRealtime(server: http.Server, deps: AppDeps): () => void {
@@ -76,16 +76,5 @@ function proxyRealtime(server: http.Server, deps: AppDeps): () => void {
   const sep = target.lastIndexOf(':');
   const host = sep > 0 ? target.slice(0, sep) : '127.0.0.1';
   const port = Number(target.slice(sep + 1));
-  deps.readiness.push({
-    name: 'realtime',
-    check: async () => {
-      try {
-        const res = await fetch(`http://${host}:${port}/health`, { signal: AbortSignal.timeout(1500) });
-        return res.ok;
-      } catch {
-        return false;
-      }
-    },
-  });
   return attachRealtimeProxy(server, { host, port });
 }

@@ -64,9 +64,11 @@ type Credential = { token?: string; failure?: ReturnType<typeof authFailure> & {
 /** Authorization header (sk- or rt_) or `?access_token=` / `?token=` (rt_ only: an sk- key never travels in a URL). */
 export function realtimeCredential(authorization: string, query: string): Credential {
   const params = new URLSearchParams(query);
-  const q = params.get('access_token') ?? params.get('token');
-  // A key in a URL has leaked (logs, history, referrers): refuse it even next to a valid header.
-  if (q !== null && q !== '' && !q.startsWith('rt_')) {
+  const given = [...params.getAll('access_token'), ...params.getAll('token')].filter((v) => v !== '');
+  const q = given[0] ?? null;
+  // A key in a URL has leaked (logs, history, referrers): refuse it even next to a valid header,
+  // whichever parameter or repetition carries it.
+  if (given.some((v) => !v.startsWith('rt_'))) {
     return {
       failure: {
         ...authFailure('invalid_api_key'),

@@ -12,10 +12,11 @@ import * as tokens from './tokens/index.js';
 import * as segment from './segment/index.js';
 import * as artifacts from './artifacts/index.js';
 import * as jobs from './jobs/index.js';
+import * as stream from './stream/index.js';
 
 export interface RouteModule {
   register(router: Router, deps: AppDeps): void;
 }
 
 // segment before jobs: a JSON body on POST /v1/audio/transcriptions falls through to the deprecated job submission.
-export const routeModules: RouteModule[] = [health, docs, admin, tokens, segment, artifacts, jobs];
+export const routeModules: RouteModule[] = [health, docs, admin, tokens, segment, stream, artifacts, jobs];

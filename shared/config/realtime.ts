@@ -2,7 +2,7 @@ import os from 'node:os';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Env, str, int, num, bool } from './env.js';
+import { type Env, str, int, num, bool, list } from './env.js';
 import type { SegmenterSettings } from '../vad/segmenter.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -77,6 +77,19 @@ export interface RealtimeConfig {
   requireNativeUws: boolean;
   /** Where the API proxies upgrades to in embedded mode (host:port of this process). */
   upstreamProxyTarget: string | undefined;
+  /**
+   * The realtime instances' readiness URLs the API's /readyz checks (interface
+   * 4.2: ready when realtime traffic can be accepted, so when any answers 200).
+   * REALTIME_READY_URLS, else the proxy target's /readyz, else none.
+   */
+  readyUrls: string[];
+}
+
+function readyUrls(env: Env): string[] {
+  const given = list(env, 'REALTIME_READY_URLS');
+  if (given.length) return given;
+  const target = str(env, 'REALTIME_PROXY_TARGET');
+  return target ? [`http://${target}/readyz`] : [];
 }
 
 export function realtimeConfig(env: Env): RealtimeConfig {
@@ -123,5 +136,6 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     engineThread: bool(env, 'REALTIME_ENGINE_THREAD', false),
     requireNativeUws: bool(env, 'REALTIME_REQUIRE_NATIVE_UWS', true),
     upstreamProxyTarget: str(env, 'REALTIME_PROXY_TARGET'),
+    readyUrls: readyUrls(env),
   };
 }

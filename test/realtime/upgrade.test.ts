@@ -10,7 +10,8 @@ import { createRequire } from 'node:module';
 import { expect } from 'chai';
 import { issueSessionToken } from '../../shared/auth/index.js';
 import { isNativeUws, loadUws } from '../../realtime/uws.js';
-import { attachRealtimeProxy } from '../../realtime/proxy.js';
+import { startApi } from '../../api/server.js';
+import { createTestApp } from '../helpers/app.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { ThreadedVad } from '../../shared/vad/service.js';
 import {
@@ -109,6 +110,16 @@ describe('realtime upgrade', function () {
     // Even next to a valid header: a key in a URL has leaked and is refused.
     const both = await refused(`${ctx.url}?token=${key}`, { authorization: `Bearer ${key}` });
     expect(both.status).to.equal(401);
+    // Hidden behind an empty or a token-shaped first parameter, or repeated: still refused.
+    for (const q of [
+      `access_token=&token=${key}`,
+      `access_token=rt_x&token=${key}`,
+      `token=rt_x&token=${key}`,
+    ]) {
+      const hidden = await refused(`${ctx.url}?${q}`, { authorization: `Bearer ${key}` });
+      expect(hidden.status, q).to.equal(401);
+      expect(hidden.body.error.code).to.equal('invalid_api_key');
+    }
     expect(ctx.logs.lines.join('\n')).to.not.include(key);
   });
 
@@ -166,6 +177,10 @@ describe('realtime upgrade', function () {
     expect(r.status).to.equal(503);
     expect(r.body.error.code).to.equal('upstream_unavailable');
     expect(Number(r.headers['retry-after'])).to.be.within(1, 2);
+    // The breaker is checked before authentication (4.8): a caller with no credential gets the same 503.
+    const anonymous = await refused(ctx.url);
+    expect(anonymous.status).to.equal(503);
+    expect(anonymous.body.error.code).to.equal('upstream_unavailable');
     expect((await fetch(`${ctx.base}/readyz`)).status).to.be.oneOf([200, 503]);
     const openedAt = Date.now();
     await upstream.restartWorker(); // a supervisor brings a fresh worker up
@@ -269,27 +284,58 @@ describe('realtime upgrade', function () {
     }
   });
 
-  it('reaches the stream through the API port with the embedded proxy', async () => {
-    const server = http.createServer((_req, res) => res.end('rest'));
-    const detach = attachRealtimeProxy(server, { port: ctx.rt.port });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-    const port = (server.address() as { port: number }).port;
+  it('embedded mode: the API serves the stream on its own base URL (upgrades spliced, plain GET 426) and its /readyz follows the realtime tier', async () => {
+    const api = await createTestApp({ REALTIME_PROXY_TARGET: `127.0.0.1:${ctx.rt.port}` });
+    const running = await startApi(
+      { ...api.config, http: { ...api.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 2000 } },
+      api.deps.logger,
+      { deps: api.deps },
+    );
+    const base = `127.0.0.1:${running.port}`;
     try {
       const { key } = await ctx.issueKey('pro');
-      const c = await connect(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`, bearer(key));
+      const c = await connect(`ws://${base}/v1/audio/transcriptions/stream`, bearer(key));
       await c.next('session.created');
       await c.stream(readPcm('librivox-austen-0880.wav'));
       c.send({ type: 'flush' });
       await c.next('conversation.item.input_audio_transcription.completed');
       c.ws.close(1000);
       expect((await c.closed).code).to.equal(1000);
-      const r = await refused(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`);
+      const r = await refused(`ws://${base}/v1/audio/transcriptions/stream`);
       expect(r.status).to.equal(401);
-      expect(await (await fetch(`http://127.0.0.1:${port}/health`)).text()).to.equal('rest');
+      // Not an upgrade: the same answer the realtime process gives.
+      const plain = await fetch(`http://${base}/v1/audio/transcriptions/stream`);
+      expect(plain.status).to.equal(426);
+      expect(await plain.json()).to.deep.include({
+        error: {
+          code: 'websocket_required',
+          message: 'This endpoint needs a WebSocket upgrade.',
+          type: 'realtime_error',
+        },
+      });
+      // REST still answers on the same port; readiness includes the realtime tier's own /readyz.
+      const ready = async () => {
+        const res = await fetch(`http://${base}/readyz`);
+        return { status: res.status, realtime: (await res.json()).checks.realtime };
+      };
+      expect(await eventually(ready, (x) => x.status === 200, 10_000)).to.deep.equal({
+        status: 200,
+        realtime: true,
+      });
+      await upstream.whilePaused(async () => {
+        // The speech upstream hangs: the realtime tier is not ready, so neither is the API for realtime traffic.
+        expect(await eventually(ready, (x) => x.status === 503, 15_000)).to.deep.equal({
+          status: 503,
+          realtime: false,
+        });
+      });
+      expect(await eventually(ready, (x) => x.status === 200, 15_000)).to.deep.equal({
+        status: 200,
+        realtime: true,
+      });
     } finally {
-      detach();
-      server.closeAllConnections();
-      await new Promise((r) => server.close(() => r(undefined)));
+      await running.stop();
+      await api.db.drop();
     }
   });
 });

@@ -33,8 +33,32 @@ export async function runReadiness(deps: AppDeps): Promise<{ ok: boolean; checks
   return { ok: results.every(([, ok]) => ok), checks };
 }
 
+/**
+ * Realtime readiness (interface 4.2): ready when at least one realtime
+ * instance answers its /readyz with 200. Cached for a second, so a burst of
+ * probes costs one round of requests.
+ */
+function realtimeCheck(urls: string[]): () => Promise<boolean> {
+  let cached: { at: number; ok: Promise<boolean> } | undefined;
+  const probe = async (url: string) => {
+    const res = await fetch(url, { signal: AbortSignal.timeout(1500) });
+    await res.body?.cancel();
+    if (!res.ok) throw new Error(`${url}: ${res.status}`);
+    return true;
+  };
+  return () => {
+    if (!cached || Date.now() - cached.at > 1000) {
+      cached = { at: Date.now(), ok: Promise.any(urls.map(probe)).catch(() => false) };
+    }
+    return cached.ok;
+  };
+}
+
 export function register(router: Router, deps: AppDeps): void {
   const service = deps.config.serviceName;
+  const realtimeReadyUrls = deps.config.realtime.readyUrls;
+  if (realtimeReadyUrls.length)
+    deps.readiness.push({ name: 'realtime', check: realtimeCheck(realtimeReadyUrls) });
   router.get('/health', (ctx) => {
     ctx.body = { ok: true, service };
   });
