@@ -4,7 +4,6 @@
  * The speech upstream is a real engine/ worker process; the breaker sees it
  * crash (SIGKILL) and come back, readiness sees it hang (SIGSTOP).
  */
-import http from 'node:http';
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { expect } from 'chai';
