@@ -9,6 +9,22 @@ import type { SegmenterSettings } from '../shared/vad/segmenter.js';
 
 export const MAX_PROMPT_CHARS = 2000;
 
+function countChars(text: string): number {
+  // Only strings that could be over the limit in code points need counting.
+  if (text.length <= MAX_PROMPT_CHARS) return text.length;
+  let n = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    // A high surrogate followed by a low one is one character.
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) i++;
+    }
+    n++;
+  }
+  return n;
+}
+
 export interface SessionSettings extends SegmenterSettings {
   /** Two-letter code or `auto`. */
   language: string;
@@ -107,7 +123,8 @@ export function applySessionUpdate(
       if (!lang) return bad(name, 'must be a language code such as "en", "zh-cn" or "auto"');
       v = lang;
     }
-    if (spec.key === 'prompt' && (value as string).length > MAX_PROMPT_CHARS) {
+    // Characters, not UTF-16 code units: an emoji or a CJK extension character counts once.
+    if (spec.key === 'prompt' && countChars(value as string) > MAX_PROMPT_CHARS) {
       return bad(name, `must be at most ${MAX_PROMPT_CHARS} characters`);
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;

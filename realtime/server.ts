@@ -151,8 +151,9 @@ export async function startRealtime(
 
   app.ws<UserData>(STREAM_PATH, {
     compression: uWS.DISABLED,
-    // Base64 inflates audio by 4/3: room for a JSON append of a full-size frame; we check sizes ourselves.
-    maxPayloadLength: Math.ceil(rt.maxFrameBytes * 1.5) + 1024,
+    // We check frame sizes ourselves (1009 audio_frame_too_large with an error event); uWS's own cap only
+    // stops messages so large that they would be buffered whole before we see them (it drops the connection).
+    maxPayloadLength: rt.maxMessageBytes,
     maxBackpressure: rt.clientBackpressureBytes * 4,
     closeOnBackpressureLimit: 0,
     idleTimeout: 120,

@@ -28,6 +28,8 @@ export interface RealtimeConfig {
   enabled: boolean;
   /** Largest audio frame (binary frame, or decoded base64 of one append). */
   maxFrameBytes: number;
+  /** Transport cap on one WebSocket message (uWS drops the connection above it); frames between the two get 1009. */
+  maxMessageBytes: number;
   /** In-flight audio to the speech upstream above which frames are dropped (service.throttled). */
   upstreamSoftBytes: number;
   /** In-flight audio above which the connection closes 1013 upstream_backpressure. */
@@ -98,6 +100,7 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     port: int(env, 'REALTIME_PORT', 8081, 0),
     enabled: bool(env, 'REALTIME_ENABLED', true),
     maxFrameBytes: int(env, 'REALTIME_MAX_FRAME_BYTES', 1024 * 1024, 1),
+    maxMessageBytes: int(env, 'REALTIME_MAX_MESSAGE_BYTES', 8 * 1024 * 1024, 1024),
     upstreamSoftBytes: int(env, 'REALTIME_UPSTREAM_SOFT_BYTES', 1024 * 1024, 1),
     upstreamHardBytes: int(env, 'REALTIME_UPSTREAM_HARD_BYTES', 8 * 1024 * 1024, 1),
     clientBackpressureBytes: int(env, 'REALTIME_CLIENT_BACKPRESSURE_BYTES', 1024 * 1024, 1),

@@ -10,8 +10,9 @@ import { loadConfig } from '../../shared/config/index.js';
 import { createSpeechEngine, type SpeechEngine } from '../../shared/stt/index.js';
 import { createRealtimeContext, repoRoot, type RealtimeTestContext } from '../realtime/helpers.js';
 import { runK6Script } from './k6/node-runner.js';
+import { runLoad } from './realtime-load.js';
 
-describe('load: the k6 realtime script (Node runner, real server and speech)', function () {
+describe('load tools: the Node load generator and the k6 realtime script (real server and speech)', function () {
   this.timeout(120_000);
   let engine: SpeechEngine;
   let ctx: RealtimeTestContext;
@@ -43,5 +44,21 @@ describe('load: the k6 realtime script (Node runner, real server and speech)', f
     expect(byMetric.rt_connect_ms.ok).to.equal(true);
     expect(byMetric.rt_failed_utterances.ok).to.equal(true);
     expect(byMetric.rt_completion_ms.value).to.be.greaterThan(0);
+  });
+
+  it('the Node load generator streams real speech from N clients and reports connects, completions and closes', async () => {
+    const { key } = await ctx.issueKey('pro');
+    const r = await runLoad({
+      url: ctx.url,
+      headers: { authorization: `Bearer ${key}` },
+      clients: 2,
+      seconds: 6,
+    });
+    expect(r).to.include({ clients: 2, connected: 2, failedConnects: 0, failedUtterances: 0 });
+    expect(r.framesSent).to.be.within(100, 140); // 2 clients x 6 s of 100 ms frames at real-time pace
+    expect(r.utterances).to.be.at.least(2);
+    expect(r.completionMs.n).to.equal(r.utterances);
+    expect(r.connectMs.p99).to.be.greaterThan(0);
+    expect(r.closes).to.deep.equal({ '1000': 2 });
   });
 });

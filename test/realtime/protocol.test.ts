@@ -226,6 +226,12 @@ describe('realtime protocol, real engine worker', function () {
       const from = c.events.length;
       c.send({ type: 'session.update', prompt: 'y'.repeat(2000) });
       expect((await c.next('session.updated', 5000, from)).session.prompt).to.have.length(2000);
+      // 2000 characters that take two UTF-16 units each are still 2000 characters.
+      const emoji = '\u{1F3A4}'.repeat(2000);
+      const from2 = c.events.length;
+      c.send({ type: 'session.update', prompt: emoji });
+      expect((await c.next('session.updated', 5000, from2)).session.prompt).to.equal(emoji);
+      await bad({ prompt: '\u{1F3A4}'.repeat(2001) });
       c.ws.close(1000);
     });
 
@@ -307,6 +313,13 @@ describe('realtime protocol, real engine worker', function () {
       const { c: c2 } = await open();
       c2.send({ type: 'input_audio_buffer.append', audio: Buffer.alloc(1024 * 1024 + 2).toString('base64') });
       expect((await c2.closed).code).to.equal(1009);
+      // Well above the limit (up to the 8 MiB transport cap): the same error and 1009, not a dropped connection.
+      for (const size of [2 * 1024 * 1024, 6 * 1024 * 1024]) {
+        const { c: big } = await open();
+        big.ws.send(Buffer.alloc(size));
+        expect((await big.next('error')).code).to.equal('audio_frame_too_large');
+        expect(await big.closed).to.deep.equal({ code: 1009, reason: 'audio_frame_too_large' });
+      }
       // Exactly 1 MiB is accepted.
       const { c: c3 } = await open();
       c3.ws.send(Buffer.alloc(1024 * 1024));

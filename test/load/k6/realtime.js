@@ -15,7 +15,19 @@ const URL = __ENV.URL || 'ws://127.0.0.1:8081/v1/audio/transcriptions/stream';
 const KEY = __ENV.KEY;
 const DURATION_S = Number(__ENV.DURATION_S || 30);
 const wav = open(__ENV.WAV || '../../../../shared/test-audio/jfk.wav', 'b');
-const pcm = wav.slice(44); // canonical 44-byte header of the test clips
+const pcm = wavSamples(wav);
+
+// The samples of the WAV's `data` chunk (headers vary: jfk.wav carries a LIST chunk before it).
+function wavSamples(buf) {
+  const view = new DataView(buf);
+  const tag = (at) => String.fromCharCode(...new Uint8Array(buf, at, 4));
+  for (let at = 12; at + 8 <= buf.byteLength;) {
+    const size = view.getUint32(at + 4, true);
+    if (tag(at) === 'data') return buf.slice(at + 8, Math.min(buf.byteLength, at + 8 + size));
+    at += 8 + size + (size % 2);
+  }
+  throw new Error('no data chunk in the WAV');
+}
 const FRAME = 3200; // 100 ms
 
 const connectTime = new Trend('rt_connect_ms', true);
