@@ -92,6 +92,12 @@ export class RealtimeSession {
   private flushing = 0;
   private nextIndex = 0;
   private openIndex = -1;
+  /** The open utterance started while max_concurrent_utterances were in flight: its audio is dropped. */
+  private dropping = false;
+  /** Language and prompt of the open utterance, fixed when it started (4.9: changes apply to new utterances). */
+  private openLanguage = '';
+  private openPrompt: string | undefined;
+  private openStartMs = 0;
   private readonly pending = new Map<number, Pending>();
   private inFlightBytes = 0;
   private audioBytes = 0;
@@ -315,13 +321,28 @@ export class RealtimeSession {
     if (this.state === 'closed') return;
     this.vadOpen = ev.type === 'start';
     if (ev.type === 'start') {
+      // The bound on utterances in flight (3.3) holds even when several start and stop within one
+      // batch of audio or speech continues past a max_duration split: an utterance that would exceed
+      // it is not started; its audio is dropped and reported with service.throttled when it ends.
+      if (this.pending.size >= this.principal.limits.maxConcurrentUtterances) {
+        this.dropping = true;
+        return;
+      }
+      this.dropping = false;
       this.openIndex = this.nextIndex++;
+      this.openLanguage = this.settings.language;
+      this.openPrompt = this.settings.prompt;
+      this.openStartMs = ev.audioStartMs;
       this.emit({
         type: 'input_audio_buffer.speech_started',
         utterance_index: this.openIndex,
         audio_start_ms: ev.audioStartMs,
       });
     } else {
+      if (this.dropping) {
+        this.dropping = false;
+        return this.throttle(ev.pcm.length, 'max_concurrent_utterances');
+      }
       const index = this.openIndex;
       this.openIndex = -1;
       const stoppedAt = this.now();
@@ -332,14 +353,20 @@ export class RealtimeSession {
         audio_start_ms: ev.audioStartMs,
         audio_end_ms: ev.audioEndMs,
       });
-      this.transcribe(index, ev.pcm, ev.speechMs, stoppedAt);
+      this.transcribe(index, ev.pcm, ev.speechMs, stoppedAt, this.openLanguage, this.openPrompt);
     }
   }
 
-  private transcribe(index: number, pcm: Buffer, speechMs: number, stoppedAt: number): void {
+  private transcribe(
+    index: number,
+    pcm: Buffer,
+    speechMs: number,
+    stoppedAt: number,
+    language: string,
+    prompt: string | undefined,
+  ): void {
     const cfg = this.deps.config;
     const audioMs = Math.round((pcm.length / BYTES_PER_SECOND) * 1000);
-    const language = this.settings.language;
     const abort = new AbortController();
     const base = {
       type: 'conversation.item.input_audio_transcription.completed',
@@ -364,7 +391,7 @@ export class RealtimeSession {
       .transcribe({
         pcm,
         language: language === 'auto' ? undefined : language,
-        prompt: this.settings.prompt,
+        prompt,
         model: this.settings.sttModel,
         signal: abort.signal,
       })
@@ -497,6 +524,29 @@ export class RealtimeSession {
       this.inFlightBytes -= p.bytes;
       const why = `session closed (${this.closeReason || this.closeCode}) before the transcription finished`;
       this.failUtterance(p.index, p.base, p.stoppedAt, 'session_closed', why);
+    }
+    // An utterance still open (an abrupt close: 1009, 1011, 1013) was announced with speech_started:
+    // it gets its speech_stopped (reason session_closed) and a failed completed, never silence.
+    if (this.openIndex >= 0 && !this.dropping) {
+      const index = this.openIndex;
+      this.openIndex = -1;
+      const why = `session closed (${this.closeReason || this.closeCode}) before the utterance ended`;
+      this.emit({
+        type: 'input_audio_buffer.speech_stopped',
+        utterance_index: index,
+        reason: 'session_closed',
+        audio_start_ms: this.openStartMs,
+        audio_end_ms: Math.round((this.audioBytes / BYTES_PER_SECOND) * 1000),
+      });
+      const language = this.openLanguage === 'auto' ? '' : this.openLanguage;
+      const base = {
+        type: 'conversation.item.input_audio_transcription.completed',
+        utterance_index: index,
+        language,
+        audio_duration_ms: 0,
+        speech_duration_ms: 0,
+      };
+      this.failUtterance(index, base, this.now(), 'session_closed', why);
     }
     this.closeWritable = false;
     this.transport.close(this.closeCode, this.closeReason);

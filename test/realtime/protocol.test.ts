@@ -272,6 +272,40 @@ describe('realtime protocol, real engine worker', function () {
       c.ws.close(1000);
     });
 
+    it('a language change while an utterance is open applies from the next utterance, not to that one', async () => {
+      const { c } = await open();
+      c.send({ type: 'session.update', language: 'en', prompt: 'first' });
+      await c.next('session.updated');
+      const sent = upstream.transcriptions().length;
+      await c.stream(AUSTEN.subarray(0, 32000)); // speech, no flush: the utterance stays open
+      await c.next('input_audio_buffer.speech_started');
+      const from = c.events.length;
+      c.send({ type: 'session.update', language: 'french', prompt: 'second' });
+      await c.next('session.updated', 5000, from);
+      c.send({ type: 'flush' });
+      const done = await c.next(COMPLETED, 30_000);
+      expect(done.language).to.equal('en');
+      expect(done.error).to.equal(undefined);
+      const [req] = upstream.transcriptions().slice(sent);
+      expect(req.fields).to.include({ language: 'en', prompt: 'first' });
+      c.ws.close(1000);
+    });
+
+    it('an utterance open when the server closes abruptly still gets speech_stopped and a failed completed', async () => {
+      const { c } = await open();
+      await c.stream(AUSTEN.subarray(0, 32000));
+      const started = await c.next('input_audio_buffer.speech_started');
+      c.ws.send(Buffer.alloc(1024 * 1024 + 2)); // 1009 audio_frame_too_large
+      expect(await c.closed).to.deep.equal({ code: 1009, reason: 'audio_frame_too_large' });
+      const stopped = c.of('input_audio_buffer.speech_stopped');
+      expect(stopped).to.have.length(1);
+      expect(stopped[0]).to.include({ utterance_index: started.utterance_index, reason: 'session_closed' });
+      const done = c.of(COMPLETED);
+      expect(done).to.have.length(1);
+      expect(done[0]).to.include({ utterance_index: started.utterance_index, text: '' });
+      expect(done[0].error.code).to.equal('transcription_failed');
+    });
+
     it('bad input gives error events with codes and never closes the session', async () => {
       const { c } = await open();
       const cases: [unknown, string][] = [
@@ -426,6 +460,26 @@ describe('realtime protocol, real engine worker', function () {
       // The dropped audio never became an utterance: one transcription reached the worker.
       expect(upstream.transcriptions().length - sent).to.equal(1);
       expect(c.of('input_audio_buffer.speech_started')).to.have.length(1);
+      c.ws.close(1000);
+    });
+
+    it('holds max_concurrent_utterances when several utterances start and stop within one frame (VAD on)', async () => {
+      const { c } = await open('one');
+      const sent = upstream.transcriptions().length;
+      const speech = AUSTEN.subarray(0, 48000); // 1.5 s
+      const frame = Buffer.concat([speech, silence(1200), speech, silence(1200), speech, silence(1200)]);
+      await upstream.whilePaused(async () => {
+        c.ws.send(frame); // three utterances in one frame, the worker answers none of them yet
+        const th = await c.next('service.throttled', 10_000);
+        expect(th).to.include({ reason: 'max_concurrent_utterances', max_concurrent_utterances: 1 });
+        expect(th.dropped_bytes).to.be.greaterThan(0);
+        await new Promise((r) => setTimeout(r, 300));
+        expect(upstream.transcriptions().length - sent).to.equal(1);
+      });
+      await c.next(COMPLETED, 30_000);
+      // Only the utterance within the bound was announced and transcribed; indexes stay contiguous.
+      expect(c.of('input_audio_buffer.speech_started').map((e) => e.utterance_index)).to.deep.equal([0]);
+      expect(c.of(COMPLETED)).to.have.length(1);
       c.ws.close(1000);
     });
 
