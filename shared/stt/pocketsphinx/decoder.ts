@@ -48,6 +48,7 @@ interface Binding {
   ps_seg_prob: Fn;
   ps_get_logmath: Fn;
   logmath_exp: Fn;
+  err_set_logfp: Fn;
 }
 
 let binding: Binding | undefined;
@@ -78,7 +79,13 @@ function bind(opts: DecoderOptions): Binding {
     ps_seg_prob: ps.func('int ps_seg_prob(void *seg, _Out_ int *ascr, _Out_ int *lscr, _Out_ int *lback)'),
     ps_get_logmath: ps.func('void *ps_get_logmath(void *ps)'),
     logmath_exp: sb.func('double logmath_exp(void *lmath, int p)'),
+    err_set_logfp: sb.func('void err_set_logfp(void *stream)'),
   };
+  // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init
+  // fopen a new one and fclose the previous, so decoders starting or stopping in several threads at
+  // once double-closed it (heap corruption: "free(): invalid pointer", later segfaults). Setting the
+  // global to NULL is a plain store of the same value from any thread, and nothing is ever closed.
+  binding.err_set_logfp(null);
   return binding;
 }
 
@@ -97,19 +104,9 @@ export class Decoder {
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
-    const argv = [
-      '-hmm',
-      opts.hmm,
-      '-lm',
-      opts.lm,
-      '-dict',
-      opts.dict,
-      '-logfn',
-      '/dev/null',
-      ...(opts.extraArgs ?? []),
-    ];
+    const argv = ['-hmm', opts.hmm, '-lm', opts.lm, '-dict', opts.dict, ...(opts.extraArgs ?? [])];
     const config = this.b.cmd_ln_parse_r(null, this.b.ps_args(), argv.length, argv, 1);
-    if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(8))}`);
+    if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(6))}`);
     this.ps = this.b.ps_init(config);
     // ps_init keeps its own reference to the configuration.
     this.b.cmd_ln_free_r(config);
