@@ -1,0 +1,68 @@
+/**
+ * The realtime command-line client (cli/stream.ts) against a real realtime
+ * server with real speech: it streams a file and prints each utterance.
+ */
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { expect } from 'chai';
+import { createLogger } from '../../shared/logger.js';
+import { loadConfig } from '../../shared/config/index.js';
+import { createSpeechEngine, type SpeechEngine } from '../../shared/stt/index.js';
+import { wer } from '../speech/helpers.js';
+import { AUDIO_DIR, createRealtimeContext, refs, repoRoot, type RealtimeTestContext } from './helpers.js';
+
+function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', path.join(repoRoot, 'cli/stream.ts'), ...args],
+      {
+        cwd: repoRoot,
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+describe('realtime: the stream command-line client', function () {
+  this.timeout(60_000);
+  let engine: SpeechEngine;
+  let ctx: RealtimeTestContext;
+
+  before(async () => {
+    engine = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), createLogger({ level: 'silent' }));
+    ctx = await createRealtimeContext({ engine });
+  });
+  after(async () => {
+    await ctx?.close();
+    await engine?.close();
+  });
+
+  it('streams a file faster than real time and prints one line per utterance', async () => {
+    const { key } = await ctx.issueKey('pro');
+    const file = 'librivox-austen-0880.wav';
+    const r = await run([path.join(AUDIO_DIR, file), '--url', ctx.base, '--key', key, '--pace', '4']);
+    expect(r.code, r.stderr).to.equal(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines.length).to.be.at.least(1);
+    lines.forEach((l, i) => expect(l).to.match(new RegExp(`^#${i} \\d+:\\d\\d\\.\\d `)));
+    const text = lines.map((l) => l.split(' ').slice(2).join(' ')).join(' ');
+    expect(wer(refs().get(file)!, text)).to.be.below(0.6);
+  });
+
+  it('says why when the key is refused', async () => {
+    const r = await run([
+      path.join(AUDIO_DIR, 'jfk.wav'),
+      '--url',
+      ctx.base,
+      '--key',
+      'sk-' + 'x'.repeat(40),
+    ]);
+    expect(r.code).to.equal(1);
+    expect(r.stderr).to.match(/refused the connection: HTTP 401 .*invalid_api_key/);
+  });
+});
