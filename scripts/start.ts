@@ -12,9 +12,10 @@
  */
 import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
-import { loadOrCreateSecrets } from '../shared/embedded/secrets.js';
+import { loadOrCreateSecrets, markAnnounced } from '../shared/embedded/secrets.js';
 import { runEmbeddedPostgres, type RunningPostgres } from '../shared/embedded/postgresProcess.js';
 import { fork, type ChildProcess } from 'node:child_process';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startApi } from '../api/server.js';
@@ -23,12 +24,41 @@ const env: Record<string, string | undefined> = { ...process.env };
 const base = loadConfig(env);
 const logger = createLogger({ level: base.logLevel, name: 'stt' });
 
-const { secrets, created } = loadOrCreateSecrets(base.dataDir);
+const { secrets } = loadOrCreateSecrets(base.dataDir);
 env.GATEWAY_ADMIN_TOKEN ||= secrets.adminToken;
 env.GATEWAY_SESSION_TOKEN_SECRET ||= secrets.sessionTokenSecret;
 
+/** Something already accepts connections there (another instance, another program). */
+function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host });
+    socket.setTimeout(1000);
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+    socket.once('timeout', () => (socket.destroy(), resolve(false)));
+  });
+}
+
+function refuseToStart(message: string): never {
+  process.stderr.write(`\n  ${message}\n\n`);
+  process.exit(1);
+}
+
+if (!base.http.port) {
+  // PORT=0 picks a free port; nothing to check.
+} else if (await portInUse(base.http.port)) {
+  refuseToStart(
+    `Port ${base.http.port} is already in use (another \`npm start\`, or another program). Stop it, or choose another port: PORT=8090 npm start`,
+  );
+}
+
 let pg: RunningPostgres | undefined;
 if (!env.DATABASE_URL) {
+  if (await portInUse(base.embedded.pgPort)) {
+    refuseToStart(
+      `Port ${base.embedded.pgPort} of the embedded Postgres is already in use: is another \`npm start\` running (on ${base.dataDir})? Stop it, or set EMBEDDED_PG_PORT (and DATA_DIR for a second instance).`,
+    );
+  }
   try {
     pg = await runEmbeddedPostgres(
       base.dataDir,
@@ -50,10 +80,17 @@ const realtime = await startRealtimeProcess();
 if (realtime) env.REALTIME_PROXY_TARGET = `127.0.0.1:${realtime.port}`;
 
 const config = loadConfig(env);
-const api = await startApi(config, logger);
+const api = await startApi(config, logger).catch(async (err: NodeJS.ErrnoException) => {
+  await realtime?.stop();
+  await pg?.stop();
+  if (err.code === 'EADDRINUSE') {
+    refuseToStart(`Port ${config.http.port} is already in use. Choose another port: PORT=8090 npm start`);
+  }
+  throw err;
+});
 const baseUrl = `http://localhost:${api.port}`;
 
-if (created && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
+if (!secrets.announced && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
   // Printed once, to the terminal only (never to the log): the operator's first key.
   process.stdout.write(
     [
@@ -72,8 +109,14 @@ if (created && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
       '',
     ].join('\n') + '\n',
   );
+  markAnnounced(config.dataDir, secrets);
 } else {
-  process.stdout.write(`\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n\n`);
+  process.stdout.write(
+    `\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n` +
+      (env.GATEWAY_ADMIN_TOKEN === secrets.adminToken
+        ? `  Admin token: in ${config.dataDir}/secrets.json ("adminToken")\n\n`
+        : '\n'),
+  );
 }
 
 let stopping = false;

@@ -10,6 +10,8 @@ export interface EmbeddedSecrets {
   adminToken: string;
   sessionTokenSecret: string;
   postgresPassword: string;
+  /** Set once a start has shown the admin token (a first start that failed shows it next time). */
+  announced?: boolean;
 }
 
 export function loadOrCreateSecrets(dataDir: string): { secrets: EmbeddedSecrets; created: boolean } {
@@ -25,4 +27,10 @@ export function loadOrCreateSecrets(dataDir: string): { secrets: EmbeddedSecrets
   };
   fs.writeFileSync(file, JSON.stringify(secrets, null, 2) + '\n', { mode: 0o600 });
   return { secrets, created: true };
+}
+
+/** Records that the admin token has been shown; later starts only say where it is kept. */
+export function markAnnounced(dataDir: string, secrets: EmbeddedSecrets): void {
+  const file = path.join(dataDir, 'secrets.json');
+  fs.writeFileSync(file, JSON.stringify({ ...secrets, announced: true }, null, 2) + '\n', { mode: 0o600 });
 }

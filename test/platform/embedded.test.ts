@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -9,19 +9,24 @@ import { createTestDatabase } from '../helpers/db.js';
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
 
+/** No configuration at all beyond where to keep data and which ports to use. */
+function serviceEnv(dataDir: string, pgPort: number, port = 0): Record<string, string> {
+  return {
+    PATH: process.env.PATH!,
+    HOME: process.env.HOME ?? '/root',
+    DATA_DIR: dataDir,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    EMBEDDED_PG_PORT: String(pgPort),
+    LOG_LEVEL: 'warn',
+  };
+}
+
 function startService(
   dataDir: string,
   pgPort: number,
 ): Promise<{ child: ChildProcess; out: () => string; baseUrl: string }> {
-  // No configuration at all beyond where to keep data and which ports to use.
-  const env: Record<string, string> = { PATH: process.env.PATH!, HOME: process.env.HOME ?? '/root' };
-  Object.assign(env, {
-    DATA_DIR: dataDir,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    EMBEDDED_PG_PORT: String(pgPort),
-    LOG_LEVEL: 'warn',
-  });
+  const env = serviceEnv(dataDir, pgPort);
   const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
     cwd: ROOT,
     env,
@@ -80,6 +85,26 @@ describe('embedded start (npm start with no configuration)', function () {
       expect(first.out()).not.to.include(rec.data.key);
       // It is a real Postgres server, with its data under DATA_DIR.
       expect(fs.existsSync(path.join(dataDir, 'pg', 'PG_VERSION'))).to.equal(true);
+      // A second start on the same data (or on a taken API port) says why it cannot, in one line.
+      const again = (env: Record<string, string>) =>
+        spawnSync(process.execPath, ['--import', 'tsx', 'scripts/start.ts'], {
+          cwd: ROOT,
+          env,
+          encoding: 'utf8',
+          timeout: 60_000,
+        });
+      const twice = again(serviceEnv(dataDir, pgPort));
+      expect(twice.status).to.equal(1);
+      expect(twice.stderr).to.include(`Port ${pgPort} of the embedded Postgres is already in use`);
+      const apiPort = Number(new URL(first.baseUrl).port);
+      const otherDir = fs.mkdtempSync(path.join(os.tmpdir(), 'stt-embedded-2-'));
+      try {
+        const taken = again(serviceEnv(otherDir, pgPort + 1, apiPort));
+        expect(taken.status).to.equal(1);
+        expect(taken.stderr).to.include(`Port ${apiPort} is already in use`).and.include('PORT=');
+      } finally {
+        fs.rmSync(otherDir, { recursive: true, force: true });
+      }
     } finally {
       await stop(first.child);
     }
@@ -87,6 +112,7 @@ describe('embedded start (npm start with no configuration)', function () {
     const second = await startService(dataDir, pgPort);
     try {
       expect(second.out()).not.to.match(/adm_/); // printed once only
+      expect(second.out()).to.include(`Admin token: in ${dataDir}/secrets.json`);
       const secrets = JSON.parse(fs.readFileSync(path.join(dataDir, 'secrets.json'), 'utf8'));
       const res = await fetch(`${second.baseUrl}/v1/external-transcription/keys/${keyId!}`, {
         headers: { Authorization: `Bearer ${secrets.adminToken}` },
