@@ -45,14 +45,30 @@ const FILE_EXTENSION: Record<ResponseFormat, string> = {
   vtt: 'vtt',
 };
 
-function usage(message?: string): never {
-  if (message) process.stderr.write(`transcribe: ${message}\n`);
-  process.stderr.write(
-    'usage: npm run transcribe -- <file|folder>... [--url URL] [--key KEY] [--format text|json|verbose_json|srt|vtt] [--out DIR] [--language L] [--concurrency N]\n',
-  );
-  process.exit(2);
-}
+const HELP = `usage: npm run transcribe -- <file|folder>... [options]
 
+Transcribes audio files (a folder: every audio file in it) through
+POST /v1/audio/transcriptions, with a progress bar on stderr.
+
+  --url URL          base URL (default $STT_BASE_URL or http://127.0.0.1:8080)
+  --key KEY          API key (default $STT_API_KEY; keep keys out of shell history)
+  --format F         text (default: printed) | json | verbose_json | srt | vtt (written to files)
+  --out DIR          where files go (default: beside each input)
+  --language L       language hint, e.g. en
+  --prompt P         context prompt
+  --model M          model name passed to the service (default whisper-1)
+  --worker-id W      pin a speech worker
+  --concurrency N    files in flight at once (default 2)
+
+429 answers are retried after their Retry-After, 502/503 once. Exit code 1
+when any file failed, 2 for a usage error.
+`;
+
+function usage(message?: string): never {
+  if (message) process.stderr.write(`transcribe: ${message}\n\n`);
+  process.stderr.write(HELP);
+  process.exit(message ? 2 : 0);
+}
 function listInputs(paths: string[]): string[] {
   const files: string[] = [];
   for (const p of paths) {
@@ -89,10 +105,14 @@ async function transcribeFile(file: string, o: Options): Promise<string> {
     if (o.language) form.append('language', o.language);
     if (o.prompt) form.append('prompt', o.prompt);
     if (o.workerId) form.append('worker_id', o.workerId);
-    const res = await fetch(`${o.url.replace(/\/+$/, '')}/v1/audio/transcriptions`, {
+    const endpoint = `${o.url.replace(/\/+$/, '')}/v1/audio/transcriptions`;
+    const res = await fetch(endpoint, {
       method: 'POST',
       headers: { authorization: `Bearer ${o.key}` },
       body: form,
+    }).catch((err: Error & { cause?: { code?: string; message?: string } }) => {
+      // fetch says only "fetch failed": name the address and the reason (ECONNREFUSED, ENOTFOUND, ...).
+      throw new Error(`cannot reach ${endpoint}: ${err.cause?.code ?? err.cause?.message ?? err.message}`);
     });
     const body = await res.text();
     if (res.ok)

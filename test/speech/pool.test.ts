@@ -236,6 +236,12 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     const bad = cli([path.join(REPO_ROOT, 'package.json'), '--url', b.url, '--key', 'x']);
     expect(bad.status).to.equal(1);
     expect(bad.stderr).to.match(/invalid_audio/);
+    // Nothing listening: the address and the reason, not just "fetch failed".
+    const down = cli([file, '--url', 'http://127.0.0.1:59998', '--key', 'x']);
+    expect(down.status).to.equal(1);
+    expect(down.stderr).to.include(
+      'cannot reach http://127.0.0.1:59998/v1/audio/transcriptions: ECONNREFUSED',
+    );
   });
 
   it('when the primary dies mid-request, the fallback answers with X-Fallback-Used: 1', async () => {
