@@ -68,6 +68,16 @@ describe('public endpoints, docs and request handling', () => {
   it('GET /docs serves the interactive documentation page', async () => {
     const res = await request(t.server).get('/docs').expect(200).expect('Content-Type', /html/);
     expect(res.text).to.include('swagger').and.include('/openapi.json');
+    // Everything the page loads comes from this service (works offline, tells no third party).
+    const urls = [...res.text.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]);
+    expect(urls.filter((u) => /^(https?:)?\/\//.test(u))).to.deep.equal([]);
+    for (const u of urls.filter((x) => x.startsWith('/docs/assets/'))) {
+      const asset = await request(t.server).get(u).expect(200);
+      expect(Number(asset.headers['content-length'] ?? asset.body.length ?? asset.text.length)).to.be.greaterThan(0);
+    }
+    expect(urls).to.include.members(['/docs/assets/swagger-ui-bundle.js', '/docs/assets/swagger-ui.min.css']);
+    await request(t.server).get('/docs/assets/package.json').expect(404);
+    await request(t.server).get('/docs/assets/..%2Fpackage.json').expect(404);
   });
 
   it('answers unknown routes and methods with JSON errors', async () => {

@@ -1,6 +1,29 @@
+/**
+ * GET /openapi.json (built from the registered routes) and GET /docs, the
+ * interactive documentation (koa2-swagger-ui). The page's Swagger UI files
+ * are served from the `swagger-ui-dist` package under /docs/assets rather
+ * than a CDN, so /docs works on a machine without internet access and sends
+ * a visitor's browser nowhere else.
+ */
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
 import type Router from '@koa/router';
 import { koaSwagger } from 'koa2-swagger-ui';
 import type { AppDeps } from '../../deps.js';
+
+const DIST = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
+
+/** The files the page asks for (name in the page -> file in swagger-ui-dist). */
+const ASSETS: Record<string, { file: string; type: string }> = {
+  'swagger-ui.min.css': { file: 'swagger-ui.css', type: 'text/css; charset=utf-8' },
+  'swagger-ui-bundle.js': { file: 'swagger-ui-bundle.js', type: 'application/javascript; charset=utf-8' },
+  'swagger-ui-standalone-preset.js': {
+    file: 'swagger-ui-standalone-preset.js',
+    type: 'application/javascript; charset=utf-8',
+  },
+  'favicon-32x32.png': { file: 'favicon-32x32.png', type: 'image/png' },
+};
 
 export function register(router: Router, deps: AppDeps): void {
   let cached: string | undefined;
@@ -10,12 +33,28 @@ export function register(router: Router, deps: AppDeps): void {
     ctx.type = 'application/json';
     ctx.body = cached;
   });
-  router.get(
-    '/docs',
-    koaSwagger({
-      routePrefix: false,
-      title: 'Audio Transcription Service',
-      swaggerOptions: { url: '/openapi.json' },
-    }),
-  );
+
+  const page = koaSwagger({
+    routePrefix: false,
+    title: 'Audio Transcription Service',
+    swaggerOptions: { url: '/openapi.json' },
+    // The page links `${swaggerCdnUrl}/${swaggerVersion}/<file>`: here, /docs/assets/<file>.
+    swaggerCdnUrl: '/docs',
+    swaggerVersion: 'assets',
+    favicon: '/docs/assets/favicon-32x32.png',
+  });
+  router.get('/docs', async (ctx, next) => {
+    await page(ctx, next);
+    // Web fonts are the page's one remaining outside request; the system fonts do.
+    if (typeof ctx.body === 'string') {
+      ctx.body = ctx.body.replace(/<link href="https:\/\/fonts\.googleapis\.com[^>]*>\s*/, '');
+    }
+  });
+  router.get('/docs/assets/:name', (ctx) => {
+    const asset = ASSETS[ctx.params.name];
+    if (!asset) return; // JSON 404 from the app's fallback
+    ctx.type = asset.type;
+    ctx.set('Cache-Control', 'public, max-age=86400');
+    ctx.body = fs.createReadStream(path.join(DIST, asset.file));
+  });
 }
