@@ -1,10 +1,13 @@
 /**
  * Real speech end to end: the clips of ../shared/test-audio streamed into the
  * realtime tier (silero VAD, built-in PocketSphinx engine), at real-time pace
- * and faster. The words that come back are the engine's own words for the
- * same audio, and close to the references.
+ * and faster. The words that come back are the segment endpoint's words for
+ * the same audio, and close to the references.
  */
 import { expect } from 'chai';
+import request from 'supertest';
+import { pcmToWav } from '../../shared/audio/index.js';
+import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
@@ -60,6 +63,9 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
   this.timeout(120_000);
   let ctx: RealtimeTestContext;
   let engine: Recording;
+  /** The REST API (its own built-in engine, same settings): the segment endpoint to compare with. */
+  let api: TestApp;
+  let apiKey: string;
   const REFS = refs();
 
   before(async () => {
@@ -72,10 +78,13 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     await inner.ready();
     engine = new Recording(inner);
     ctx = await createRealtimeContext({ engine });
+    api = await createTestApp({ STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '60000' });
+    ({ key: apiKey } = await issueKey(api, { plan: 'pro' }));
   });
   after(async () => {
     await ctx?.close();
     await engine?.close();
+    await api?.close();
   });
 
   async function streamClip(file: string, pace: number) {
@@ -96,7 +105,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     return { done, seen: engine.seen.slice(before), c };
   }
 
-  it("jfk.wav at real-time pace: the completed texts are the engine's words for the same audio", async () => {
+  it("jfk.wav at real-time pace: the completed texts are the segment endpoint's words for the same audio", async () => {
     const { done, seen } = await streamClip('jfk.wav', 1);
     expect(done.length).to.be.greaterThan(0);
     for (const ev of done) {
@@ -104,11 +113,20 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
       expect(ev.language).to.equal('en');
       expect(ev.latency_ms).to.be.lessThan(30_000);
     }
-    // Same audio straight into the engine gives the same words.
+    // Each utterance's audio, sent to the segment endpoint as a WAV, gives the same words.
+    expect(seen.length).to.equal(done.length);
     for (const { req, res } of seen) {
-      const direct = await engine.inner.transcribe({ pcm: req.pcm, language: 'en' });
-      expect(direct.text).to.equal(res.text);
+      const segment = await request(api.server)
+        .post('/v1/audio/transcriptions')
+        .set('Authorization', `Bearer ${apiKey}`)
+        .attach('file', pcmToWav(req.pcm), 'utterance.wav')
+        .field('language', 'en')
+        .field('response_format', 'json');
+      expect(segment.status, JSON.stringify(segment.body)).to.equal(200);
+      expect(segment.body.text).to.equal(res.text);
     }
+    // (utterances may complete out of order: compare as sets of texts)
+    expect(done.map((e) => e.text).sort()).to.deep.equal(seen.map((x) => x.res.text).sort());
     const hyp = words(done.map((e) => e.text).join(' '));
     const whole = await engine.inner.transcribe({ pcm: readPcm('jfk.wav'), language: 'en' });
     expect(
