@@ -279,3 +279,16 @@ export function words(s: string): string[] {
     .split(/\s+/)
     .filter(Boolean);
 }
+
+/** An upgrade that must be refused: its status, headers and JSON body (throws if it was accepted). */
+export async function refused(url: string, headers: Record<string, string> = {}) {
+  try {
+    const c = await connect(url, { headers });
+    c.ws.close();
+    throw new Error('upgrade was accepted');
+  } catch (err) {
+    const e = err as { status?: number; headers?: Record<string, string>; body?: string };
+    if (e.status === undefined) throw err;
+    return { status: e.status, headers: e.headers ?? {}, body: JSON.parse(e.body || '{}') };
+  }
+}

@@ -15,6 +15,7 @@ import { BuiltinEngine } from '../../shared/stt/builtin.js';
 import {
   createRealtimeContext,
   connect,
+  refused,
   bearer,
   repoRoot,
   SESSION_SECRET,
@@ -71,6 +72,23 @@ describe('realtime scale-out on one Redis', function () {
     expect(await refusedStatus(a.url, key)).to.equal(429);
     c2.ws.close(1000);
     await c2.closed;
+  });
+
+  it('free plan: handshakes per minute are counted across instances (6 alternating, the 7th refused on either)', async () => {
+    const { key } = await a.issueKey('free');
+    for (let i = 0; i < 6; i++) {
+      const c = await connect((i % 2 ? b : a).url, bearer(key));
+      await c.next('session.created');
+      c.ws.close(1000);
+      await c.closed;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const ctx of [a, b]) {
+      const r = await refused(ctx.url, { authorization: `Bearer ${key}` });
+      expect(r.status).to.equal(429);
+      expect(r.body.error.code).to.equal('connection_rate_exceeded');
+      expect(Number(r.headers['retry-after'])).to.be.within(1, 60);
+    }
   });
 
   it('leases are renewed while a session lives longer than the TTL', async () => {

@@ -16,6 +16,7 @@ import { ThreadedVad } from '../../shared/vad/service.js';
 import {
   createRealtimeContext,
   connect,
+  refused,
   bearer,
   readPcm,
   repoRoot,
@@ -27,18 +28,6 @@ import {
 import { startSpeechUpstream, type SpeechUpstream } from './upstream.js';
 
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
-
-async function refused(url: string, headers: Record<string, string> = {}) {
-  try {
-    const c = await connect(url, { headers });
-    c.ws.close();
-    throw new Error('upgrade was accepted');
-  } catch (err) {
-    const e = err as { status?: number; headers?: Record<string, string>; body?: string };
-    if (e.status === undefined) throw err;
-    return { status: e.status, headers: e.headers ?? {}, body: JSON.parse(e.body || '{}') };
-  }
-}
 
 describe('realtime upgrade', function () {
   this.timeout(60_000);
