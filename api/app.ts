@@ -17,7 +17,12 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
   const router = new Router();
   for (const m of modules) m.register(router, deps);
 
-  app.use(requestContext(deps.logger, { sample: deps.config.accessLogSample }));
+  app.use(
+    requestContext(deps.logger, {
+      sample: deps.config.accessLogSample,
+      metrics: deps.config.metrics.enabled,
+    }),
+  );
   app.use(errorHandler());
   app.use(routes(router));
   app.use(router.allowedMethods({ throw: false }));

@@ -21,6 +21,7 @@ import { normalizeLanguage } from '../shared/stt/language.js';
 import { safeEqual } from '../shared/auth/keys.js';
 import { SpeechError } from '../shared/stt/types.js';
 import type { BuiltinEngine } from '../shared/stt/builtin.js';
+import { metricsRoute, SCRAPE_REFUSED, type MetricsPolicy } from '../shared/metrics/index.js';
 
 export const ENGINE_SERVICE = 'stt-engine';
 
@@ -45,9 +46,16 @@ export interface EngineAppDeps {
   engine: BuiltinEngine;
   speech: SpeechConfig;
   logger: Logger;
+  /** GET /metrics (Prometheus; METRICS_ENABLED, METRICS_TOKEN); on with no token when omitted. */
+  metrics?: MetricsPolicy;
 }
 
-export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa {
+export function createEngineApp({
+  engine,
+  speech,
+  logger,
+  metrics = { enabled: true, token: undefined },
+}: EngineAppDeps): Koa {
   const app = new Koa();
   app.silent = true;
   const router = new Router();
@@ -94,6 +102,12 @@ export function createEngineApp({ engine, speech, logger }: EngineAppDeps): Koa 
     ctx.status = ok ? 200 : 503;
     ctx.body = { ok, service: ENGINE_SERVICE, ...engine.stats() };
   });
+
+  if (metrics.enabled) {
+    const refuse = () =>
+      new HttpError(401, 'metrics_unauthorized', SCRAPE_REFUSED, { 'WWW-Authenticate': 'Bearer' });
+    router.get('/metrics', metricsRoute(metrics, refuse));
+  }
 
   router.get('/v1/models', requireKey, (ctx) => {
     ctx.body = {

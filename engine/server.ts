@@ -16,7 +16,7 @@ async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: ENGINE_SERVICE });
   const engine = new BuiltinEngine(config.speech.builtin, logger);
-  const app = createEngineApp({ engine, speech: config.speech, logger });
+  const app = createEngineApp({ engine, speech: config.speech, logger, metrics: config.metrics });
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) =>

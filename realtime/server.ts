@@ -1,6 +1,6 @@
 /**
  * The realtime tier on uWebSockets.js: `WS /v1/audio/transcriptions/stream`,
- * `/health`, `/readyz`.
+ * `/health`, `/readyz`, `/metrics` (Prometheus) and `/stats` (JSON).
  *
  * Upgrade checks run in the order of interface 4.8: 426 websocket_required,
  * 503 gateway_disabled, 503 upstream_unavailable (+ Retry-After) while the
@@ -22,7 +22,14 @@ import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
 import { windowUsage } from '../shared/usage.js';
 import { createVadService, type VadService } from '../shared/vad/service.js';
+import {
+  enableProcessMetrics,
+  renderMetrics,
+  scrapeAllowed,
+  SCRAPE_REFUSED,
+} from '../shared/metrics/index.js';
 import { loadUws } from './uws.js';
+import * as metrics from './metrics.js';
 import { CircuitBreaker } from './breaker.js';
 import { ConnectionQuota } from './quota.js';
 import { UsageMeter } from './metering.js';
@@ -89,6 +96,7 @@ const STATUS_TEXT: Record<number, string> = {
   401: '401 Unauthorized',
   404: '404 Not Found',
   426: '426 Upgrade Required',
+  500: '500 Internal Server Error',
   429: '429 Too Many Requests',
   503: '503 Service Unavailable',
 };
@@ -130,8 +138,12 @@ export async function startRealtime(
     vad,
     logger: log,
     now: () => performance.now(),
-    onCompleted: (latencyMs: number, engineMs: number) =>
-      overhead.record(Math.max(1, Math.round((latencyMs - engineMs) * 1000))),
+    onCompleted: (latencyMs: number, engineMs: number) => {
+      overhead.record(Math.max(1, Math.round((latencyMs - engineMs) * 1000)));
+      metrics.completionLatency.observe(latencyMs / 1000);
+      metrics.gatewayOverhead.observe(Math.max(0, latencyMs - engineMs) / 1000);
+    },
+    onUtterance: (outcome: 'completed' | 'failed' | 'dropped') => metrics.utterances.inc({ outcome }),
   };
 
   vad.onFailure?.((err) => {
@@ -144,6 +156,7 @@ export async function startRealtime(
 
   breaker.onChange((state) => {
     log.warn({ state }, 'speech upstream circuit breaker changed state');
+    metrics.breakerOpen.set(state === 'open' ? 1 : 0);
     if (state === 'open') for (const s of sessions) s.end('upstreamUnavailable');
   });
 
@@ -175,6 +188,7 @@ export async function startRealtime(
         message: string,
         headers: Record<string, string> = {},
       ) => {
+        metrics.upgrades.inc({ outcome: code });
         if (aborted) return;
         res.cork(() => writeJson(res, status, errorBody(code, message), headers));
       };
@@ -224,6 +238,7 @@ export async function startRealtime(
           remainingWindowSeconds: principal.limits.maxAudioSecondsPerWindow - used,
           closed: false,
         };
+        metrics.upgrades.inc({ outcome: 'accepted' });
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
       })().catch((err) => {
         log.error({ err }, 'realtime upgrade failed');
@@ -256,8 +271,12 @@ export async function startRealtime(
       );
       data.session = session;
       sessions.add(session);
+      metrics.sessionsOpen.inc();
       session.onEnded = (s) => {
         sessions.delete(session);
+        metrics.sessionsOpen.dec();
+        metrics.sessionsClosed.inc({ reason: metrics.closeLabel(s.closeCode, s.closeReason) });
+        metrics.audioSeconds.inc(s.audioSeconds);
         void quota.release(s.sessionId);
         meter.record(s.keyId, s.sessionId, s.audioSeconds);
         log.info(
@@ -361,6 +380,38 @@ export async function startRealtime(
       overhead.reset();
     }
   });
+
+  const metricsPolicy = deps.config.metrics;
+  if (metricsPolicy.enabled) {
+    enableProcessMetrics();
+    app.get('/metrics', (res, req) => {
+      if (!scrapeAllowed(metricsPolicy, req.getHeader('authorization'))) {
+        return writeJson(res, 401, errorBody('metrics_unauthorized', SCRAPE_REFUSED), {
+          'www-authenticate': 'Bearer',
+        });
+      }
+      let aborted = false;
+      res.onAborted(() => {
+        aborted = true;
+      });
+      renderMetrics().then(
+        ({ contentType, body }) => {
+          if (aborted) return;
+          res.cork(() => {
+            res.writeStatus('200 OK');
+            res.writeHeader('content-type', contentType);
+            res.writeHeader('cache-control', 'no-store');
+            res.end(body);
+          });
+        },
+        (err: unknown) => {
+          log.error({ err }, 'metrics collection failed');
+          if (!aborted)
+            res.cork(() => writeJson(res, 500, errorBody('internal_error', 'Metrics unavailable.')));
+        },
+      );
+    });
+  }
 
   app.any('/*', (res) => writeJson(res, 404, errorBody('not_found', 'Not found.')));
 

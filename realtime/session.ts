@@ -36,6 +36,8 @@ export interface SessionDeps {
   now?: () => number;
   /** Measurement hook: stopped-to-completed time and the engine's own share of it. */
   onCompleted?: (latencyMs: number, engineMs: number) => void;
+  /** Every utterance's outcome once: transcribed, failed (reported with an error) or dropped (not started). */
+  onUtterance?: (outcome: 'completed' | 'failed' | 'dropped') => void;
 }
 
 export const CLOSE = {
@@ -326,6 +328,7 @@ export class RealtimeSession {
       // it is not started; its audio is dropped and reported with service.throttled when it ends.
       if (this.pending.size >= this.principal.limits.maxConcurrentUtterances) {
         this.dropping = true;
+        this.deps.onUtterance?.('dropped');
         return;
       }
       this.dropping = false;
@@ -407,6 +410,7 @@ export class RealtimeSession {
             latency_ms: Math.round(latency),
           });
           this.deps.onCompleted?.(latency, r.engineMs);
+          this.deps.onUtterance?.('completed');
         },
         (err: unknown) => {
           const e = err as { code?: string; message?: string; retryable?: boolean };
@@ -448,6 +452,7 @@ export class RealtimeSession {
       latency_ms: Math.round(this.now() - stoppedAt),
       error: { code: 'transcription_failed', message },
     });
+    this.deps.onUtterance?.('failed');
   }
 
   /** Removes a finished utterance; false when the session already reported it. */

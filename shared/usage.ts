@@ -4,6 +4,7 @@
  * keyed by (plane, ref_id), so a retried flush never bills twice.
  */
 import type { Knex } from 'knex';
+import { counter } from './metrics/index.js';
 
 export type Plane = 'segment' | 'realtime' | 'batch';
 
@@ -15,16 +16,18 @@ export interface UsageRecord {
   refId: string;
 }
 
+const billed = counter('stt_billed_audio_seconds_total', 'Audio seconds billed, by plane (each unit once).', [
+  'plane',
+]);
+
 export async function recordUsage(db: Knex, rec: UsageRecord): Promise<void> {
-  await db('usage_events')
-    .insert({
-      key_id: rec.keyId,
-      plane: rec.plane,
-      ref_id: rec.refId,
-      audio_seconds: Math.max(0, rec.audioSeconds),
-    })
+  const seconds = Math.max(0, rec.audioSeconds);
+  const inserted = await db('usage_events')
+    .insert({ key_id: rec.keyId, plane: rec.plane, ref_id: rec.refId, audio_seconds: seconds })
     .onConflict(['plane', 'ref_id'])
-    .ignore();
+    .ignore()
+    .returning('ref_id');
+  if (inserted.length > 0) billed.inc({ plane: rec.plane }, seconds);
 }
 
 /** Audio seconds billed to a key within the last `windowSeconds`. */

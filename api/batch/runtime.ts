@@ -17,6 +17,7 @@ import type { Principal } from '../../shared/auth/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
@@ -158,7 +159,7 @@ export class BatchRuntime {
       WEBHOOK_QUEUE,
       { batchSize: 1, pollingIntervalSeconds: 0.5 },
       async ([job]) => {
-        await deliverer.deliver(job.data);
+        metrics.webhookAttempts.inc({ outcome: await deliverer.deliver(job.data) });
       },
     );
     const sweep = () => {
@@ -277,7 +278,10 @@ export class BatchRuntime {
       key_id: principal.keyId,
       params,
     });
-    if (created) await this.enqueue(id);
+    if (created) {
+      metrics.submitted.inc();
+      await this.enqueue(id);
+    }
     return {
       request_id: requestId,
       workflow_id: id,

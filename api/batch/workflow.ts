@@ -23,6 +23,7 @@ import { type SpeechEngine, SpeechError } from '../../shared/stt/types.js';
 import { recordUsage, windowUsage } from '../../shared/usage.js';
 import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
 import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
+import * as metrics from './metrics.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
 import { annotateChunkOffline, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
 import {
@@ -110,10 +111,12 @@ export class WorkflowRunner {
     const abort = new AbortController();
     let finished!: () => void;
     this.active.set(workflowId, { abort, done: new Promise<void>((r) => (finished = r)) });
+    metrics.runsActive.inc();
     try {
       await this.runHeld(workflowId, jobId, abort);
     } finally {
       this.active.delete(workflowId);
+      metrics.runsActive.dec();
       finished();
     }
   }
@@ -146,6 +149,7 @@ export class WorkflowRunner {
       // The webhook step waits before the workflow ends: if the hand-off below is lost, the sweeper finds it.
       if (row.params.webhook_url) await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
       if (await repo.finish(workflowId, this.runnerId, 'complete')) {
+        metrics.finished.inc({ status: 'complete' });
         log.info('workflow complete');
         await this.handOffWebhook(row, log);
       }
@@ -164,7 +168,10 @@ export class WorkflowRunner {
       log.error({ err }, 'workflow errored');
       if (row.params.webhook_url)
         await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting').catch(() => {});
-      if (await repo.finish(workflowId, this.runnerId, 'errored', error)) await this.handOffWebhook(row, log);
+      if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
+        metrics.finished.inc({ status: 'errored' });
+        await this.handOffWebhook(row, log);
+      }
     } finally {
       clearInterval(heartbeat);
       await fsp.rm(workDir, { recursive: true, force: true }).catch(() => {});
@@ -193,14 +200,22 @@ export class WorkflowRunner {
     for (let attempt = 1; ; attempt++) {
       if (signal.aborted) throw signal.reason;
       await this.d.repo.stepStart(row.id, name, seq);
+      const started = performance.now();
+      const observe = (status: string) =>
+        metrics.stepSeconds.observe(
+          { step: metrics.stepKind(name), status },
+          (performance.now() - started) / 1000,
+        );
       try {
         const out = await fn();
         await this.d.repo.stepSet(row.id, name, seq, 'complete');
+        observe('complete');
         return out;
       } catch (err) {
         const retry =
           !signal.aborted && !(err instanceof PermanentError) && attempt < attempts && isRetryable(err);
         await this.d.repo.stepSet(row.id, name, seq, retry ? 'waiting' : 'errored', (err as Error).message);
+        observe(retry ? 'retried' : 'errored');
         if (!retry) throw err;
         await sleep(Math.min(30_000, 500 * 2 ** (attempt - 1)));
       }

@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
 import { accessLogWriter, scrubSecrets } from '../../shared/logger.js';
+import { observeRequest } from './metrics.js';
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -32,9 +33,13 @@ export class RequestState {
  * `sample` (ACCESS_LOG_SAMPLE): the share of successful requests (status <
  * 400) that get an access line; refused and failed ones always do.
  */
-export function requestContext(logger: Logger, opts: { sample?: number } = {}): Middleware {
+export function requestContext(
+  logger: Logger,
+  opts: { sample?: number; metrics?: boolean } = {},
+): Middleware {
   const accessLog = accessLogWriter(logger);
   const sample = opts.sample ?? 1;
+  const metrics = opts.metrics ?? false;
   return async (ctx, next) => {
     const incoming = ctx.req.headers['x-request-id'];
     // A caller's id is kept when it is plain and carries nothing secret-shaped (it goes into every log line).
@@ -49,9 +54,11 @@ export function requestContext(logger: Logger, opts: { sample?: number } = {}): 
       await next();
     } finally {
       const status = ctx.status;
+      const elapsed = performance.now() - started;
+      if (metrics) observeRequest(ctx, status, elapsed / 1000);
       if (accessLog && (sample >= 1 || status >= 400 || Math.random() < sample)) {
         // Path only: query strings may carry tokens.
-        const ms = Math.round((performance.now() - started) * 10) / 10;
+        const ms = Math.round(elapsed * 10) / 10;
         const keyId = (ctx.state.principal as { keyId?: string } | undefined)?.keyId;
         accessLog(requestId, ctx.method, ctx.path, status, ms, keyId, sample);
       }

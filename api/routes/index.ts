@@ -7,6 +7,7 @@ import type Router from '@koa/router';
 import type { AppDeps } from '../deps.js';
 import * as health from './health/index.js';
 import * as docs from './docs/index.js';
+import * as metrics from './metrics/index.js';
 import * as admin from './admin/index.js';
 import * as tokens from './tokens/index.js';
 import * as segment from './segment/index.js';
@@ -19,4 +20,14 @@ export interface RouteModule {
 }
 
 // segment before jobs: a JSON body on POST /v1/audio/transcriptions falls through to the deprecated job submission.
-export const routeModules: RouteModule[] = [health, docs, admin, tokens, segment, stream, artifacts, jobs];
+export const routeModules: RouteModule[] = [
+  health,
+  metrics,
+  docs,
+  admin,
+  tokens,
+  segment,
+  stream,
+  artifacts,
+  jobs,
+];

@@ -38,6 +38,8 @@ export interface PlatformConfig {
    */
   accessLogSample: number;
   serviceName: string;
+  /** `GET /metrics` (Prometheus) on the API and each realtime instance; a token, when set, guards scrapes. */
+  metrics: { enabled: boolean; token: string | undefined };
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
   embedded: { pgPort: number };
 }
@@ -76,6 +78,7 @@ export function platformConfig(env: Env): PlatformConfig {
     logLevel: str(env, 'LOG_LEVEL', 'info'),
     accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
+    metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
     embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
   };
 }

@@ -22,6 +22,7 @@ import { FRAME_SECONDS, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/
 import type { CloseRequest, DecodeJob, ThreadMessage } from './pocketsphinx/thread.js';
 import { buildTranscript } from './transcript.js';
 import { normalizeLanguage } from './language.js';
+import { measured } from './metrics.js';
 import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
 
 export const BUILTIN_LANGUAGES = ['en'];
@@ -115,7 +116,11 @@ export class BuiltinEngine implements SpeechEngine {
     return !this.closed && !this.broken && this.threads.some((t) => t.ready);
   }
 
-  async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+  transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+    return measured('builtin', req.pcm.length / 2 / SAMPLE_RATE, () => this.decode(req));
+  }
+
+  private async decode(req: TranscribeRequest): Promise<TranscribeResult> {
     if (this.closed) throw new SpeechError('The speech engine is shut down.', 'transcription_failed');
     if (this.broken) throw new SpeechError(this.broken.message, 'transcription_failed');
     const language = normalizeLanguage(req.language);

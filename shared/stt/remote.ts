@@ -20,6 +20,7 @@
 import type { Logger } from 'pino';
 import type { RemoteWorkerConfig, SpeechConfig } from '../config/speech.js';
 import { pcmToWav, pcmDurationSeconds } from '../audio/index.js';
+import { attempts, measured, workerHealthy } from './metrics.js';
 import { fromVerboseJson } from './formats.js';
 import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
 
@@ -110,12 +111,14 @@ export class RemotePool implements SpeechEngine {
       const up = res.ok && body.ok !== false;
       if (up !== w.healthy) this.log.info({ worker: w.id, healthy: up }, 'speech worker health changed');
       w.healthy = up;
+      workerHealthy.set({ worker: w.id }, up ? 1 : 0);
       if (up) w.lastError = undefined;
       else w.lastError = `health answered ${res.status}`;
     } catch (err) {
       if (w.healthy)
         this.log.warn({ worker: w.id, err: (err as Error).message }, 'speech worker health check failed');
       w.healthy = false;
+      workerHealthy.set({ worker: w.id }, 0);
       w.lastError = (err as Error).message;
     }
   }
@@ -148,7 +151,11 @@ export class RemotePool implements SpeechEngine {
     return ranked.slice(0, this.cfg.maxAttempts);
   }
 
-  async transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+  transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
+    return measured('remote', pcmDurationSeconds(req.pcm), () => this.tryWorkers(req));
+  }
+
+  private async tryWorkers(req: TranscribeRequest): Promise<TranscribeResult> {
     const candidates = this.candidates(req);
     const attemptTimeoutMs = req.attemptTimeoutMs ?? this.cfg.attemptTimeoutMs;
     const budgetMs =
@@ -167,6 +174,7 @@ export class RemotePool implements SpeechEngine {
       try {
         const transcript = await this.attempt(worker, wav, req, Math.min(attemptTimeoutMs, remaining));
         if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
+        attempts.inc({ worker: worker.id, outcome: 'ok' });
         return {
           ...transcript,
           workerId: worker.id,
@@ -177,6 +185,10 @@ export class RemotePool implements SpeechEngine {
         // The caller went away: that says nothing about the worker.
         if (req.signal?.aborted) throw new SpeechError('The request was aborted.', 'aborted', false);
         const e = err as AttemptError;
+        attempts.inc({
+          worker: worker.id,
+          outcome: e.workerFault === false || e.tryElsewhere ? 'refused' : 'failed',
+        });
         failures.push(`${worker.id}: ${e.message}`);
         if (e.tryElsewhere) {
           refusedLanguage = e;

@@ -11,6 +11,7 @@ import request from 'supertest';
 import { Webhook } from 'standardwebhooks';
 import { ajv } from '../../api/http/validate.js';
 import { workflowStatusSchema } from '../../api/batch/schemas.js';
+import { seriesValue } from '../helpers/metrics.js';
 import { tenantStore } from '../../shared/storage/index.js';
 import {
   audioDir,
@@ -83,7 +84,9 @@ describe('batch: workflow end to end', function () {
   let firstResult: { segments: { text: string }[] };
   let resubmittedId: string;
 
-  it('runs a job with review and webhook: steps, output, artifacts, signed webhook', async () => {
+  it('runs a job with review and webhook: steps, output, artifacts, signed webhook, /metrics', async () => {
+    const scrape = async () => (await request(t.server).get('/metrics').expect(200)).text;
+    const metricsBefore = await scrape();
     requestId = randomId();
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
@@ -238,6 +241,26 @@ describe('batch: workflow end to end', function () {
       return rows.length ? rows : undefined;
     });
     expect(deliveries[0]).to.include({ outcome: 'delivered', status_code: 200, attempt: 1 });
+
+    // The delivery counter moves once the delivery has been recorded: wait for it.
+    const delivered = (m: string) =>
+      seriesValue(m, 'stt_batch_webhook_attempts_total', { outcome: 'delivered' });
+    const metricsAfter = await waitFor(async () => {
+      const m = await scrape();
+      return delivered(m) > delivered(metricsBefore) ? m : undefined;
+    });
+    const delta = (name: string, labels: Record<string, string> = {}) =>
+      seriesValue(metricsAfter, name, labels) - seriesValue(metricsBefore, name, labels);
+    expect(delta('stt_batch_workflows_submitted_total')).to.equal(1);
+    expect(delta('stt_batch_workflows_finished_total', { status: 'complete' })).to.equal(1);
+    const chunks = names.filter((n: string) => n.startsWith('transcribe_chunk_')).length;
+    expect(
+      delta('stt_batch_step_duration_seconds_count', { step: 'transcribe_chunk', status: 'complete' }),
+    ).to.equal(chunks);
+    expect(delta('stt_batch_step_duration_seconds_count', { step: 'probe', status: 'complete' })).to.equal(1);
+    expect(delta('stt_batch_webhook_attempts_total', { outcome: 'delivered' })).to.equal(1);
+    expect(delta('stt_billed_audio_seconds_total', { plane: 'batch' })).to.be.greaterThan(0);
+    expect(seriesValue(metricsAfter, 'stt_batch_runs_active')).to.equal(0);
   });
 
   it('polls on all three paths; other tenants and unknown ids get 404', async () => {

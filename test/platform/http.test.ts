@@ -73,7 +73,9 @@ describe('public endpoints, docs and request handling', () => {
     expect(urls.filter((u) => /^(https?:)?\/\//.test(u))).to.deep.equal([]);
     for (const u of urls.filter((x) => x.startsWith('/docs/assets/'))) {
       const asset = await request(t.server).get(u).expect(200);
-      expect(Number(asset.headers['content-length'] ?? asset.body.length ?? asset.text.length)).to.be.greaterThan(0);
+      expect(
+        Number(asset.headers['content-length'] ?? asset.body.length ?? asset.text.length),
+      ).to.be.greaterThan(0);
     }
     expect(urls).to.include.members(['/docs/assets/swagger-ui-bundle.js', '/docs/assets/swagger-ui.min.css']);
     await request(t.server).get('/docs/assets/package.json').expect(404);

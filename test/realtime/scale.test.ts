@@ -50,7 +50,13 @@ describe('realtime scale-out on one Redis', function () {
     );
     await engine.ready();
     a = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
-    b = await createRealtimeContext({ engine, redis: true, redisPrefix: prefix, testDb: db, env });
+    b = await createRealtimeContext({
+      engine,
+      redis: true,
+      redisPrefix: prefix,
+      testDb: db,
+      env: { ...env, METRICS_TOKEN: 'rt-scrape-token' },
+    });
   });
   after(async () => {
     await a?.close();
@@ -89,6 +95,19 @@ describe('realtime scale-out on one Redis', function () {
       expect(r.body.error.code).to.equal('connection_rate_exceeded');
       expect(Number(r.headers['retry-after'])).to.be.within(1, 60);
     }
+  });
+
+  it('an instance with METRICS_TOKEN asks scrapers for it', async () => {
+    const none = await fetch(`${b.base}/metrics`);
+    expect(none.status).to.equal(401);
+    expect(none.headers.get('www-authenticate')).to.equal('Bearer');
+    expect(((await none.json()) as { error: { code: string } }).error.code).to.equal('metrics_unauthorized');
+    const wrong = await fetch(`${b.base}/metrics`, { headers: { authorization: 'Bearer rt-scrape' } });
+    expect(wrong.status).to.equal(401);
+    const right = await fetch(`${b.base}/metrics`, { headers: { authorization: 'Bearer rt-scrape-token' } });
+    expect(right.status).to.equal(200);
+    expect(await right.text()).to.match(/^stt_realtime_sessions_open /m);
+    expect((await fetch(`${a.base}/metrics`)).status).to.equal(200);
   });
 
   it('leases are renewed while a session lives longer than the TTL', async () => {

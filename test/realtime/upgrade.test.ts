@@ -26,6 +26,7 @@ import {
   type RealtimeTestContext,
 } from './helpers.js';
 import { startSpeechUpstream, type SpeechUpstream } from './upstream.js';
+import { seriesValue } from '../helpers/metrics.js';
 
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
@@ -58,6 +59,55 @@ describe('realtime upgrade', function () {
     const r = await fetch(`${ctx.base}/readyz`);
     expect(r.status).to.equal(200);
     expect((await r.json()).ok).to.equal(true);
+  });
+
+  it('serves /metrics: upgrades by outcome, sessions open and closed by reason, utterances and their latency', async () => {
+    const scrape = async () => {
+      const res = await fetch(`${ctx.base}/metrics`);
+      expect(res.status).to.equal(200);
+      expect(res.headers.get('content-type')).to.match(/^text\/plain; version=0\.0\.4/);
+      return res.text();
+    };
+    const before = await scrape();
+    const v = (text: string, name: string, labels: Record<string, string> = {}) =>
+      seriesValue(text, name, labels);
+    await refused(ctx.url);
+    const { key, id } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    const during = await scrape();
+    expect(v(during, 'stt_realtime_sessions_open') - v(before, 'stt_realtime_sessions_open')).to.equal(1);
+    expect(v(during, 'stt_realtime_upgrades_total', { outcome: 'accepted' })).to.equal(
+      v(before, 'stt_realtime_upgrades_total', { outcome: 'accepted' }) + 1,
+    );
+    expect(v(during, 'stt_realtime_upgrades_total', { outcome: 'missing_api_key' })).to.equal(
+      v(before, 'stt_realtime_upgrades_total', { outcome: 'missing_api_key' }) + 1,
+    );
+    c.send({ type: 'session.update', vad: false });
+    await c.next('session.updated');
+    await c.stream(readPcm('librivox-austen-0880.wav').subarray(0, 32000));
+    c.send({ type: 'flush' });
+    await c.next(COMPLETED);
+    c.ws.close(1000);
+    await c.closed;
+    const closedNormal = (text: string) =>
+      v(text, 'stt_realtime_sessions_closed_total', { reason: 'normal' });
+    const after = await eventually(scrape, (text) => closedNormal(text) > closedNormal(before));
+    expect(v(after, 'stt_realtime_sessions_open')).to.equal(v(before, 'stt_realtime_sessions_open'));
+    expect(v(after, 'stt_realtime_sessions_closed_total', { reason: 'normal' })).to.equal(
+      v(before, 'stt_realtime_sessions_closed_total', { reason: 'normal' }) + 1,
+    );
+    expect(v(after, 'stt_realtime_utterances_total', { outcome: 'completed' })).to.equal(
+      v(before, 'stt_realtime_utterances_total', { outcome: 'completed' }) + 1,
+    );
+    expect(v(after, 'stt_realtime_completion_latency_seconds_count')).to.equal(
+      v(before, 'stt_realtime_completion_latency_seconds_count') + 1,
+    );
+    expect(
+      v(after, 'stt_realtime_audio_seconds_total') - v(before, 'stt_realtime_audio_seconds_total'),
+    ).to.be.closeTo(1, 0.01);
+    expect(after).to.match(/^stt_nodejs_eventloop_lag_p99_seconds /m);
+    expect(after).not.to.include(id);
   });
 
   it('authenticates: missing, malformed, unknown, revoked; sk- in the header; rt_ in access_token or token', async () => {

@@ -11,6 +11,7 @@ import { SpeechError } from '../../shared/stt/types.js';
 import { SEGMENT_PATH } from '../../api/routes/segment/index.js';
 import { REPO_ROOT, clip, pcmOf, startEngine, type EngineProcess } from './helpers.js';
 import { startSpeechApp, type SpeechTestApp } from './app.js';
+import { seriesValue } from '../helpers/metrics.js';
 
 /**
  * Two real engine/ worker processes behind the remote pool. PocketSphinx
@@ -244,8 +245,10 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     );
   });
 
-  it('when the primary dies mid-request, the fallback answers with X-Fallback-Used: 1', async () => {
+  it('when the primary dies mid-request, the fallback answers with X-Fallback-Used: 1 (and /metrics counts it)', async () => {
     const pool = t.deps.speech as RemotePool;
+    const scrape = async () => (await request(t.url).get('/metrics').expect(200)).text;
+    const before = await scrape();
     const pending = post()
       .attach('file', short, 'clip.wav')
       .then((r) => r);
@@ -268,6 +271,19 @@ describe('speech: remote worker pool with two engine/ processes', function () {
     const pinned = await post().attach('file', short, 'clip.wav').field('worker_id', primary);
     expect(pinned.status).to.equal(502);
     expect(pinned.body.error).to.include({ code: 'transcription_failed', type: 'invalid_request_error' });
+
+    const after = await scrape();
+    const delta = (name: string, labels: Record<string, string> = {}) =>
+      seriesValue(after, name, labels) - seriesValue(before, name, labels);
+    expect(delta('stt_speech_fallbacks_total')).to.equal(1);
+    expect(delta('stt_speech_worker_attempts_total', { worker: primary, outcome: 'failed' })).to.be.at.least(
+      2,
+    );
+    expect(delta('stt_speech_requests_total', { engine: 'remote', outcome: 'ok' })).to.equal(2);
+    expect(
+      delta('stt_speech_requests_total', { engine: 'remote', outcome: 'transcription_failed' }),
+    ).to.equal(1);
+    expect(seriesValue(after, 'stt_speech_worker_healthy', { worker: primary })).to.equal(0);
   });
 
   it('with both workers down: 502 transcription_failed within the budget', async () => {

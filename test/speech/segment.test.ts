@@ -8,6 +8,7 @@ import { pcmToWav } from '../../shared/audio/index.js';
 import { SEGMENT_PATH } from '../../api/routes/segment/index.js';
 import { clip, ffmpegConvert, wer } from './helpers.js';
 import { startSpeechApp, type SpeechTestApp } from './app.js';
+import { seriesValue } from '../helpers/metrics.js';
 
 describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
   this.timeout(60_000);
@@ -45,6 +46,25 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
     const rows = await t.deps.db('usage_events').where({ key_id: keyId, plane: 'segment' });
     expect(rows).to.have.length(1);
     expect(Number(rows[0].audio_seconds)).to.be.closeTo(austen.seconds, 0.01);
+  });
+
+  it('shows each transcription on /metrics: engine call, engine time, audio and billed seconds, the route', async () => {
+    const scrape = async () => (await request(t.url).get('/metrics').expect(200)).text;
+    const before = await scrape();
+    await post().attach('file', austenWav, 'clip.wav').field('response_format', 'json').expect(200);
+    const after = await scrape();
+    const delta = (name: string, labels: Record<string, string> = {}) =>
+      seriesValue(after, name, labels) - seriesValue(before, name, labels);
+    expect(delta('stt_speech_requests_total', { engine: 'builtin', outcome: 'ok' })).to.equal(1);
+    expect(delta('stt_speech_engine_seconds_count', { engine: 'builtin' })).to.equal(1);
+    expect(delta('stt_speech_audio_seconds_total', { engine: 'builtin' })).to.be.closeTo(
+      austen.seconds,
+      0.01,
+    );
+    expect(delta('stt_billed_audio_seconds_total', { plane: 'segment' })).to.be.closeTo(austen.seconds, 0.01);
+    expect(delta('stt_http_requests_total', { route: SEGMENT_PATH, method: 'POST', status: '200' })).to.equal(
+      1,
+    );
   });
 
   it('answers json, text, srt and vtt; decodes compressed uploads', async () => {

@@ -8,6 +8,7 @@ import { createEngineApp } from '../../engine/app.js';
 import { RemotePool } from '../../shared/stt/remote.js';
 import type { SpeechError } from '../../shared/stt/types.js';
 import { clip, pcmOf } from './helpers.js';
+import { seriesValue } from '../helpers/metrics.js';
 
 describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
   this.timeout(30_000);
@@ -39,6 +40,26 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
       .set('Authorization', 'Bearer worker-secret')
       .expect(200);
     expect(models.body.data.map((m: { id: string }) => m.id)).to.deep.equal(['pocketsphinx-en-us']);
+  });
+
+  it('serves /metrics: its transcriptions by outcome and engine time (guarded by METRICS_TOKEN when set)', async () => {
+    const scrape = async () => (await request(server).get('/metrics').expect(200)).text;
+    const before = await scrape();
+    await post().attach('file', wav, 'a.wav').expect(200);
+    const after = await scrape();
+    const ok = { engine: 'builtin', outcome: 'ok' };
+    expect(seriesValue(after, 'stt_speech_requests_total', ok)).to.equal(
+      seriesValue(before, 'stt_speech_requests_total', ok) + 1,
+    );
+    expect(after).to.match(/^stt_speech_engine_seconds_bucket\{le="1",engine="builtin"\} \d+$/m);
+    const guarded = createEngineApp({
+      engine,
+      speech: config.speech,
+      logger,
+      metrics: { enabled: true, token: 'scrape-me' },
+    }).callback();
+    expect((await request(guarded).get('/metrics')).status).to.equal(401);
+    await request(guarded).get('/metrics').set('Authorization', 'Bearer scrape-me').expect(200);
   });
 
   it('requires ENGINE_API_KEY when set', async () => {
