@@ -26,7 +26,11 @@ interface RouteRow {
 }
 
 const BOUNDS = LATENCY_BUCKETS;
-const rows = new Map<string, RouteRow>();
+// Kept on the registered metric, so a second load of this module (a test process may load it as ESM and
+// as CJS) counts into the same table that scrapes read.
+const rows: Map<string, RouteRow> =
+  (registry.getSingleMetric('stt_http_requests_total') as unknown as { rows?: Map<string, RouteRow> })
+    ?.rows ?? new Map();
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS']);
 
 export function observeRequest(ctx: Context, status: number, seconds: number): void {
@@ -60,7 +64,7 @@ type Value = { value: number; labels: Record<string, string | number>; metricNam
 function tableMetric(name: string, help: string, type: 'counter' | 'histogram', values: () => Value[]): void {
   if (registry.getSingleMetric(name)) return;
   const get = () => ({ name, help, type, values: values(), aggregator: 'sum' });
-  registry.registerMetric({ name, help, type, aggregator: 'sum', get } as unknown as Metric);
+  registry.registerMetric({ name, help, type, aggregator: 'sum', get, rows } as unknown as Metric);
 }
 
 tableMetric('stt_http_requests_total', 'HTTP requests answered by the API.', 'counter', () =>

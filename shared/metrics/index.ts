@@ -16,12 +16,13 @@ export { client };
 export const registry = client.register;
 export const PREFIX = 'stt_';
 
-let defaultsOn = false;
-
-/** Node process metrics (prefixed `stt_`), once per process whatever the number of servers in it. */
+/**
+ * Node process metrics (prefixed `stt_`), once per process whatever the
+ * number of servers in it. The registry is asked, not a flag of this module:
+ * a test process may load this module twice (ESM and CJS) over one prom-client.
+ */
 export function enableProcessMetrics(): void {
-  if (defaultsOn) return;
-  defaultsOn = true;
+  if (registry.getSingleMetric(`${PREFIX}process_cpu_user_seconds_total`)) return;
   client.collectDefaultMetrics({ register: registry, prefix: PREFIX });
 }
 
