@@ -70,8 +70,8 @@ const FIELDS: Record<string, FieldSpec> = {
   vad_max_speech_ms: { key: 'maxSpeechMs', kind: 'number', min: 1000 },
   vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', kind: 'number', min: 0 },
   vad_smart_split_window_ms: { key: 'smartSplitWindowMs', kind: 'number', min: 0 },
+  // The interface lists translate_to alone (no camelCase alias): `translateTo` is stripped like any other unknown name.
   translate_to: { key: 'translateTo', kind: 'string' },
-  translateTo: { key: 'translateTo', kind: 'string' },
 };
 
 export type UpdateResult =
@@ -91,16 +91,20 @@ export function applySessionUpdate(
   msg: Record<string, unknown>,
   caps: { maxSpeechMsCap: number },
 ): UpdateResult {
-  // Clients of OpenAI-style APIs nest options under `session`; accept both shapes.
-  const src =
+  // Clients of OpenAI-style APIs nest options under `session`; accept both shapes, and both at once
+  // (a field given in both places takes the nested value).
+  const nested =
     msg.session && typeof msg.session === 'object' && !Array.isArray(msg.session)
-      ? { ...(msg.session as Record<string, unknown>) }
-      : { ...msg };
+      ? (msg.session as Record<string, unknown>)
+      : undefined;
+  const src: Record<string, unknown> = { ...msg, ...nested };
   delete src.type;
+  if (nested) delete src.session;
   const next: SessionSettings = { ...current };
   const ignored: string[] = [];
   for (const [name, value] of Object.entries(src)) {
-    const spec = FIELDS[name];
+    // Own names only: `constructor`, `toString`, `__proto__` are unknown fields, not Object.prototype's.
+    const spec = Object.hasOwn(FIELDS, name) ? FIELDS[name] : undefined;
     if (!spec) {
       ignored.push(name);
       continue;
@@ -133,7 +137,10 @@ export function applySessionUpdate(
     return bad('vadMaxSpeechMs', `must be <= ${caps.maxSpeechMsCap}`);
   if (next.targetSpeechMs > next.maxSpeechMs) next.targetSpeechMs = next.maxSpeechMs;
   if (next.smartSplitWindowMs >= next.maxSpeechMs) {
-    return bad('vadSmartSplitWindowMs', 'must be smaller than vadMaxSpeechMs');
+    // A window the client sets must fit; one it left alone shrinks to fit a shorter maximum.
+    const windowGiven = 'vadSmartSplitWindowMs' in src || 'vad_smart_split_window_ms' in src;
+    if (windowGiven) return bad('vadSmartSplitWindowMs', 'must be smaller than vadMaxSpeechMs');
+    next.smartSplitWindowMs = Math.floor(next.maxSpeechMs / 2);
   }
   return { ok: true, settings: next, ignored, languageChanged: next.language !== current.language };
 }

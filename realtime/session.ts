@@ -40,6 +40,8 @@ export interface SessionDeps {
   onUtterance?: (outcome: 'completed' | 'failed' | 'dropped') => void;
 }
 
+type SessionState = 'open' | 'draining' | 'closed';
+
 export const CLOSE = {
   normal: [1000, ''],
   sessionDuration: [1008, 'session_duration_limit'],
@@ -103,9 +105,11 @@ export class RealtimeSession {
   private readonly pending = new Map<number, Pending>();
   private inFlightBytes = 0;
   private audioBytes = 0;
+  /** Audio received but dropped with an utterance that could not start (max_concurrent_utterances): not billed. */
+  private unbilledBytes = 0;
   private droppedBytes = 0;
   private lastThrottleAt = 0;
-  private state: 'open' | 'draining' | 'closed' = 'open';
+  private state: SessionState = 'open';
   private closeCode = 1000;
   private closeReason = '';
   private drainTimer: NodeJS.Timeout | undefined;
@@ -160,7 +164,7 @@ export class RealtimeSession {
   }
 
   get audioSeconds(): number {
-    return this.audioBytes / BYTES_PER_SECOND;
+    return (this.audioBytes - this.unbilledBytes) / BYTES_PER_SECOND;
   }
 
   get inFlight(): { utterances: number; bytes: number } {
@@ -197,6 +201,9 @@ export class RealtimeSession {
 
   onText(text: string): void {
     if (this.state !== 'open') return;
+    const maxFrame = this.deps.config.maxFrameBytes;
+    // No message is larger than an append carrying a whole frame of audio in base64.
+    if (text.length > Math.ceil(maxFrame / 3) * 4 + 1024) return this.frameTooLarge(text.length);
     let msg: unknown;
     try {
       msg = JSON.parse(text);
@@ -207,6 +214,9 @@ export class RealtimeSession {
       return this.error('invalid_json', 'Text frames must be JSON objects.');
     }
     const m = msg as Record<string, unknown>;
+    // Frames other than audio are held to the frame limit too (appends are measured by their audio).
+    if (text.length > maxFrame && m.type !== 'input_audio_buffer.append')
+      return this.frameTooLarge(text.length);
     if (typeof m.type !== 'string' || m.type === '')
       return this.error('missing_type', 'Messages must carry a "type".');
     switch (m.type) {
@@ -257,7 +267,7 @@ export class RealtimeSession {
   private frameTooLarge(size: number): void {
     this.error(
       'audio_frame_too_large',
-      `Audio frame of ${size} bytes exceeds ${this.deps.config.maxFrameBytes} bytes.`,
+      `Frame of ${size} bytes exceeds the frame limit of ${this.deps.config.maxFrameBytes} bytes.`,
     );
     this.end('frameTooLarge');
   }
@@ -344,6 +354,7 @@ export class RealtimeSession {
     } else {
       if (this.dropping) {
         this.dropping = false;
+        this.unbilledBytes += ev.pcm.length;
         return this.throttle(ev.pcm.length, 'max_concurrent_utterances');
       }
       const index = this.openIndex;
@@ -356,6 +367,9 @@ export class RealtimeSession {
         audio_start_ms: ev.audioStartMs,
         audio_end_ms: ev.audioEndMs,
       });
+      // Sending speech_stopped may itself have closed the session (a client that stopped reading):
+      // nothing more can reach it, so the utterance is not sent upstream.
+      if ((this.state as SessionState) === 'closed') return;
       this.transcribe(index, ev.pcm, ev.speechMs, stoppedAt, this.openLanguage, this.openPrompt);
     }
   }

@@ -4,6 +4,8 @@ import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { type ArtifactStore, assertSafeKey, InvalidKeyError } from './types.js';
 
+const NOT_FOUND_CODES = new Set(['ENOENT', 'EISDIR', 'ENOTDIR', 'ENAMETOOLONG']);
+
 export class FsArtifactStore implements ArtifactStore {
   readonly kind = 'fs' as const;
   private readonly root: string;
@@ -46,11 +48,8 @@ export class FsArtifactStore implements ArtifactStore {
     try {
       return JSON.parse(await fsp.readFile(this.file(key), 'utf8')) as T;
     } catch (err) {
-      if (
-        (err as NodeJS.ErrnoException).code === 'ENOENT' ||
-        (err as NodeJS.ErrnoException).code === 'EISDIR'
-      )
-        return null;
+      // Keys the filesystem cannot hold are missing too: a name over its length limit, a path through a file.
+      if (NOT_FOUND_CODES.has((err as NodeJS.ErrnoException).code ?? '')) return null;
       throw err;
     }
   }

@@ -2,6 +2,7 @@
 import fs from 'node:fs';
 import { expect } from 'chai';
 import request from 'supertest';
+import { tenantStore } from '../../shared/storage/index.js';
 import { compile } from '../../api/http/validate.js';
 import { jobRequestSchema } from '../../api/batch/schemas.js';
 import {
@@ -169,6 +170,19 @@ describe('batch: submission', function () {
     expect(missing.body.error).to.be.a('string');
     const anon = await request(t.server).get('/r2/transcription/nope/result.json');
     expect(anon.status).to.equal(401);
+    // Keys the filesystem cannot hold (a name too long, a path through a file) are missing, not a 500.
+    await tenantStore(t.runtime.store, 'tenant-a').putJson('transcription/r1/result.json', { text: 'x' });
+    for (const p of [
+      `/r2/transcription/${'a'.repeat(300)}/result.json`,
+      '/r2/transcription/r1/result.json/x',
+    ]) {
+      const r = await request(t.server).get(p).set(auth);
+      expect(r.status, p).to.equal(404);
+      expect(r.body.error, p).to.be.a('string');
+    }
+    expect((await request(t.server).get('/r2/transcription/r1/result.json').set(auth)).body).to.deep.equal({
+      text: 'x',
+    });
   });
 
   it('unrelated single-segment paths still get the generic 404', async () => {

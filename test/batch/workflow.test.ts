@@ -129,6 +129,37 @@ describe('batch: workflow end to end', function () {
     // The whole status object has the shape of 2.3 / 2.4 (the schema /openapi.json publishes).
     const validStatus = ajv.compile(workflowStatusSchema);
     expect(validStatus(done.body), ajv.errorsText(validStatus.errors)).to.equal(true);
+    // Fields in the order the interface shows them (2.3, 2.4); the project's extras after them.
+    expect(Object.keys(done.body)).to.deep.equal([
+      'workflow_id',
+      'status',
+      'steps',
+      'output',
+      'error',
+      'request_id',
+    ]);
+    const res = done.body.output.result;
+    expect(Object.keys(res)).to.deep.equal(['segments', 'summary', 'metadata', 'text']);
+    expect(Object.keys(res.segments[0])).to.deep.equal([
+      'id',
+      'start_time',
+      'end_time',
+      'duration',
+      'text',
+      'confidence',
+    ]);
+    expect(Object.keys(res.summary)).to.deep.equal([
+      'total_duration',
+      'total_speech_duration',
+      'overall_speech_ratio',
+      'num_segments',
+    ]);
+    expect(Object.keys(res.metadata)).to.deep.equal([
+      'language',
+      'model',
+      'chunk_count',
+      'audio_duration_seconds',
+    ]);
     expect(done.body.output.result.metadata.language).to.equal('en');
     const names = done.body.steps.map((s: { name: string }) => s.name);
     expect(names.slice(0, 2)).to.deep.equal(['probe', 'slice']);

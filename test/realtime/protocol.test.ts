@@ -232,6 +232,36 @@ describe('realtime protocol, real engine worker', function () {
       c.send({ type: 'session.update', prompt: emoji });
       expect((await c.next('session.updated', 5000, from2)).session.prompt).to.equal(emoji);
       await bad({ prompt: '\u{1F3A4}'.repeat(2001) });
+      // Names the interface does not list are stripped, including a camelCase translateTo and
+      // Object.prototype's own names.
+      const from3 = c.events.length;
+      c.send({ type: 'session.update', translateTo: 'fr', constructor: 1, toString: 'x', hasOwnProperty: 2 });
+      const stripped = await c.next('session.updated', 5000, from3);
+      expect(stripped.session.translate_to).to.equal('en');
+      expect(stripped.ignored_fields).to.include.members([
+        'translateTo',
+        'constructor',
+        'toString',
+        'hasOwnProperty',
+      ]);
+      expect(stripped.session).to.not.have.property('undefined');
+      // Top-level and nested `session` options together: both apply (nested wins on a clash).
+      const from4 = c.events.length;
+      c.send({
+        type: 'session.update',
+        language: 'fr',
+        prompt: 'top',
+        session: { prompt: 'nested', vad: false },
+      });
+      const both = await c.next('session.updated', 5000, from4);
+      expect(both.session).to.include({ language: 'fr', prompt: 'nested', vad: false });
+      expect(both.ignored_fields).to.not.include('session');
+      // A shorter maximum segment shrinks a smart-split window the client did not set; one it sets must fit.
+      const from5 = c.events.length;
+      c.send({ type: 'session.update', vad_max_speech_ms: 1000 });
+      const short = await c.next('session.updated', 5000, from5);
+      expect(short.session).to.include({ vad_max_speech_ms: 1000, vad_smart_split_window_ms: 500 });
+      await bad({ vad_max_speech_ms: 1500, vad_smart_split_window_ms: 1500 });
       c.ws.close(1000);
     });
 
@@ -354,6 +384,18 @@ describe('realtime protocol, real engine worker', function () {
         expect((await big.next('error')).code).to.equal('audio_frame_too_large');
         expect(await big.closed).to.deep.equal({ code: 1009, reason: 'audio_frame_too_large' });
       }
+      // A text frame other than audio above 1 MiB: the same error and 1009.
+      const { c: text } = await open();
+      text.send({ type: 'session.update', prompt: 'p', padding: 'x'.repeat(2 * 1024 * 1024) });
+      expect((await text.next('error')).code).to.equal('audio_frame_too_large');
+      expect(await text.closed).to.deep.equal({ code: 1009, reason: 'audio_frame_too_large' });
+      // An append carrying a whole 1 MiB frame is larger than 1 MiB as text, and accepted.
+      const { c: b64 } = await open();
+      b64.send({ type: 'input_audio_buffer.append', audio: Buffer.alloc(1024 * 1024).toString('base64') });
+      b64.send({ type: 'session.update' });
+      await b64.next('session.updated');
+      expect(b64.of('error')).to.deep.equal([]);
+      b64.ws.close(1000);
       // Exactly 1 MiB is accepted.
       const { c: c3 } = await open();
       c3.ws.send(Buffer.alloc(1024 * 1024));
@@ -480,7 +522,17 @@ describe('realtime protocol, real engine worker', function () {
       // Only the utterance within the bound was announced and transcribed; indexes stay contiguous.
       expect(c.of('input_audio_buffer.speech_started').map((e) => e.utterance_index)).to.deep.equal([0]);
       expect(c.of(COMPLETED)).to.have.length(1);
+      const sid = c.events[0].session_id;
       c.ws.close(1000);
+      // The audio of the two dropped utterances (1.5 s of speech each, at least) is not billed.
+      const rows = await eventually(
+        () => usageRows(ctx, sid),
+        (r) => r.length > 0,
+      );
+      const sentSeconds = frame.length / 32000;
+      expect(Number(rows[0].audio_seconds))
+        .to.be.below(sentSeconds - 3)
+        .and.above(1.5);
     });
 
     it('a failed transcription yields an error event and a completed event with empty text and error', async () => {
