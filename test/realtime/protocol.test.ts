@@ -484,6 +484,21 @@ describe('realtime protocol, real engine worker', function () {
       expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
     });
 
+    it('a text frame that is not UTF-8 ends the connection (uWS, 1006), still metered, slot freed', async () => {
+      const { c } = await open();
+      const sid = c.events[0].session_id;
+      await c.stream(AUSTEN.subarray(0, 32000)); // 1 s
+      await new Promise((r) => setTimeout(r, 100));
+      c.ws.send(Buffer.from([0x7b, 0xff, 0xfe, 0x7d]), { binary: false });
+      expect((await c.closed).code).to.equal(1006);
+      const rows = await eventually(
+        () => usageRows(ctx, sid),
+        (r) => r.length > 0,
+      );
+      expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
+      expect([...ctx.rt.sessions].some((s) => s.sessionId === sid)).to.equal(false);
+    });
+
     it('drops frames with service.throttled beyond max_concurrent_utterances', async () => {
       const { c } = await open('one');
       c.send({ type: 'session.update', vad: false });
