@@ -12,7 +12,7 @@
  * async checks run after `onAborted` is attached, and the upgrade (or the
  * refusal) is written inside `cork` only if the client is still there.
  */
-import { createHistogram, monitorEventLoopDelay, performance } from 'node:perf_hooks';
+import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { HttpResponse, WebSocket, us_listen_socket } from 'uWebSockets.js';
@@ -30,6 +30,7 @@ import {
 } from '../shared/metrics/index.js';
 import { loadUws } from './uws.js';
 import * as metrics from './metrics.js';
+import { GatewayTimings } from './timings.js';
 import { CircuitBreaker } from './breaker.js';
 import { ConnectionQuota } from './quota.js';
 import { UsageMeter } from './metering.js';
@@ -129,8 +130,7 @@ export async function startRealtime(
   const sessions = new Set<RealtimeSession>();
   let stopping = false;
 
-  // Gateway overhead per utterance: stopped -> completed minus the engine call itself (microseconds).
-  const overhead = createHistogram();
+  const timings = new GatewayTimings();
   const sessionDeps = {
     config: rt,
     engine: deps.engine,
@@ -139,7 +139,7 @@ export async function startRealtime(
     logger: log,
     now: () => performance.now(),
     onCompleted: (latencyMs: number, engineMs: number) => {
-      overhead.record(Math.max(1, Math.round((latencyMs - engineMs) * 1000)));
+      timings.recordCompletion(latencyMs, engineMs);
       metrics.completionLatency.observe(latencyMs / 1000);
       metrics.gatewayOverhead.observe(Math.max(0, latencyMs - engineMs) / 1000);
     },
@@ -349,36 +349,19 @@ export async function startRealtime(
     })();
   });
 
-  // Operational figures (no tenant data): sessions, VAD pool, event-loop delay since the last reset.
-  // The histogram records the sampling timer's interval (resolution + lag); lag = value - resolution.
-  const LOOP_RESOLUTION_MS = 5;
-  const loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
-  loopDelay.enable();
+  // Operational figures (no tenant data): sessions, VAD pool, timings since the last reset.
   app.get('/stats', (res, req) => {
     const reset = req.getQuery('reset') === '1';
-    const ms = (ns: number) => Math.max(0, Math.round((ns / 1e6 - LOOP_RESOLUTION_MS) * 100) / 100);
     writeJson(res, 200, {
       sessions: sessions.size,
       leases: quota.size,
       vad: vad.stats(),
       breaker: breaker.state,
-      eventLoopLagMs: {
-        p50: ms(loopDelay.percentile(50)),
-        p99: ms(loopDelay.percentile(99)),
-        max: ms(loopDelay.max),
-      },
-      gatewayOverheadMs: {
-        n: overhead.count,
-        p50: overhead.count ? overhead.percentile(50) / 1000 : 0,
-        p99: overhead.count ? overhead.percentile(99) / 1000 : 0,
-      },
+      ...timings.snapshot(),
       memory: process.memoryUsage(),
       cpu: process.cpuUsage(),
     });
-    if (reset) {
-      loopDelay.reset();
-      overhead.reset();
-    }
+    if (reset) timings.reset();
   });
 
   const metricsPolicy = deps.config.metrics;
@@ -442,7 +425,7 @@ export async function startRealtime(
       for (const s of [...sessions]) s.end('goingAway');
       const drainedBy = Date.now() + rt.closeDrainMs + 1000;
       while (sessions.size > 0 && Date.now() < drainedBy) await new Promise((r) => setTimeout(r, 20));
-      loopDelay.disable();
+      timings.close();
       await quota.close();
       await meter.drain();
       if (!opts.vad) await vad.close();

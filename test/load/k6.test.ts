@@ -5,25 +5,16 @@
  */
 import { expect } from 'chai';
 import path from 'node:path';
-import { createLogger } from '../../shared/logger.js';
-import { loadConfig } from '../../shared/config/index.js';
-import { createSpeechEngine, type SpeechEngine } from '../../shared/stt/index.js';
-import { createRealtimeContext, repoRoot, type RealtimeTestContext } from '../realtime/helpers.js';
+import { realtimeWithBuiltinEngine, repoRoot, type RealtimeTestContext } from '../realtime/helpers.js';
 import { runK6Script } from './k6/node-runner.js';
 import { runLoad } from './realtime-load.js';
 
 describe('load tools: the Node load generator and the k6 realtime script (real server and speech)', function () {
   this.timeout(120_000);
-  let engine: SpeechEngine;
+  const context = realtimeWithBuiltinEngine();
   let ctx: RealtimeTestContext;
-
-  before(async () => {
-    engine = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), createLogger({ level: 'silent' }));
-    ctx = await createRealtimeContext({ engine });
-  });
-  after(async () => {
-    await ctx?.close();
-    await engine?.close();
+  beforeEach(() => {
+    ctx = context();
   });
 
   it('streams real speech from every VU and reports connect time, completions and thresholds', async () => {

@@ -5,11 +5,8 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { expect } from 'chai';
-import { createLogger } from '../../shared/logger.js';
-import { loadConfig } from '../../shared/config/index.js';
-import { createSpeechEngine, type SpeechEngine } from '../../shared/stt/index.js';
 import { wer } from '../speech/helpers.js';
-import { AUDIO_DIR, createRealtimeContext, refs, repoRoot, type RealtimeTestContext } from './helpers.js';
+import { AUDIO_DIR, realtimeWithBuiltinEngine, refs, repoRoot, type RealtimeTestContext } from './helpers.js';
 
 function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
@@ -30,16 +27,10 @@ function run(args: string[]): Promise<{ code: number | null; stdout: string; std
 
 describe('realtime: the stream command-line client', function () {
   this.timeout(60_000);
-  let engine: SpeechEngine;
+  const context = realtimeWithBuiltinEngine();
   let ctx: RealtimeTestContext;
-
-  before(async () => {
-    engine = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), createLogger({ level: 'silent' }));
-    ctx = await createRealtimeContext({ engine });
-  });
-  after(async () => {
-    await ctx?.close();
-    await engine?.close();
+  beforeEach(() => {
+    ctx = context();
   });
 
   it('streams a file faster than real time and prints one line per utterance', async () => {

@@ -17,6 +17,7 @@ import { PlanCatalog } from '../../shared/plans.js';
 import { Authenticator, KeyStore } from '../../shared/auth/index.js';
 import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import { createSpeechEngine } from '../../shared/stt/index.js';
 import { SileroPool } from '../../shared/vad/silero.js';
 import { InlineVad, type VadService } from '../../shared/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
@@ -291,4 +292,22 @@ export async function refused(url: string, headers: Record<string, string> = {})
     if (e.status === undefined) throw err;
     return { status: e.status, headers: e.headers ?? {}, body: JSON.parse(e.body || '{}') };
   }
+}
+
+/**
+ * Mocha hooks for a suite that needs a realtime server with the built-in
+ * speech engine (two decoder threads): returns a getter for its context.
+ */
+export function realtimeWithBuiltinEngine(): () => RealtimeTestContext {
+  let engine: SpeechEngine | undefined;
+  let ctx: RealtimeTestContext | undefined;
+  before(async () => {
+    engine = createSpeechEngine(loadConfig({ STT_THREADS: '2' }), createLogger({ level: 'silent' }));
+    ctx = await createRealtimeContext({ engine });
+  });
+  after(async () => {
+    await ctx?.close();
+    await engine?.close();
+  });
+  return () => ctx!;
 }

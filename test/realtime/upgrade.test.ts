@@ -69,6 +69,8 @@ describe('realtime upgrade', function () {
       return res.text();
     };
     const before = await scrape();
+    const stats = async () => (await (await fetch(`${ctx.base}/stats`)).json()) as Record<string, any>;
+    const statsBefore = await stats();
     const v = (text: string, name: string, labels: Record<string, string> = {}) =>
       seriesValue(text, name, labels);
     await refused(ctx.url);
@@ -108,6 +110,12 @@ describe('realtime upgrade', function () {
     ).to.be.closeTo(1, 0.01);
     expect(after).to.match(/^stt_nodejs_eventloop_lag_p99_seconds /m);
     expect(after).not.to.include(id);
+    // /stats (what the benchmarks read): the same utterance in its overhead figures, lag as numbers.
+    const st = await stats();
+    expect(st.gatewayOverheadMs.n).to.equal(statsBefore.gatewayOverheadMs.n + 1);
+    expect(st.gatewayOverheadMs.p99).to.be.a('number').and.at.least(0);
+    expect(st.eventLoopLagMs).to.have.all.keys('p50', 'p99', 'max');
+    expect(st).to.include.keys('sessions', 'leases', 'vad', 'breaker', 'memory', 'cpu');
   });
 
   it('authenticates: missing, malformed, unknown, revoked; sk- in the header; rt_ in access_token or token', async () => {

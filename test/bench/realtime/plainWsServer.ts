@@ -5,7 +5,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createHistogram, monitorEventLoopDelay, performance } from 'node:perf_hooks';
+import { performance } from 'node:perf_hooks';
 import { WebSocketServer } from 'ws';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
@@ -17,6 +17,7 @@ import { ConnectionQuota } from '../../../realtime/quota.js';
 import { UsageMeter } from '../../../realtime/metering.js';
 import { realtimeCredential } from '../../../realtime/server.js';
 import { RealtimeSession, newSessionId } from '../../../realtime/session.js';
+import { GatewayTimings } from '../../../realtime/timings.js';
 
 const config = loadConfig();
 const logger = createLogger({ level: 'warn' });
@@ -27,35 +28,13 @@ const quota = new ConnectionQuota(deps.limits, rt, logger);
 const meter = new UsageMeter(deps.db, logger);
 const vad = await createVadService(rt.vad.threads, rt.vad);
 const sessions = new Set<RealtimeSession>();
-const LOOP_RESOLUTION_MS = 5;
-const overhead = createHistogram();
-const loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
-loopDelay.enable();
+const timings = new GatewayTimings();
 
 const server = http.createServer((req, res) => {
   if (req.url?.startsWith('/stats')) {
-    const ms = (ns: number) => Math.max(0, Math.round((ns / 1e6 - LOOP_RESOLUTION_MS) * 100) / 100);
     res.setHeader('content-type', 'application/json');
-    res.end(
-      JSON.stringify({
-        sessions: sessions.size,
-        vad: vad.stats(),
-        eventLoopLagMs: {
-          p50: ms(loopDelay.percentile(50)),
-          p99: ms(loopDelay.percentile(99)),
-          max: ms(loopDelay.max),
-        },
-        gatewayOverheadMs: {
-          n: overhead.count,
-          p50: overhead.count ? overhead.percentile(50) / 1000 : 0,
-          p99: overhead.count ? overhead.percentile(99) / 1000 : 0,
-        },
-      }),
-    );
-    if (req.url.includes('reset=1')) {
-      loopDelay.reset();
-      overhead.reset();
-    }
+    res.end(JSON.stringify({ sessions: sessions.size, vad: vad.stats(), ...timings.snapshot() }));
+    if (req.url.includes('reset=1')) timings.reset();
     return;
   }
   res.statusCode = 404;
@@ -104,7 +83,7 @@ server.on('upgrade', (req, socket, head) => {
           vad,
           logger,
           now: () => performance.now(),
-          onCompleted: (l: number, e: number) => overhead.record(Math.max(1, Math.round((l - e) * 1000))),
+          onCompleted: (l: number, e: number) => timings.recordCompletion(l, e),
         },
         { sessionId },
       );
