@@ -25,7 +25,7 @@ import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
 import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
 import * as metrics from './metrics.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
-import { annotateChunkOffline, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
+import { annotateChunkOfflineAsync, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
 import {
   energyEnvelope,
   energyEnvelopeOfFile,
@@ -557,7 +557,9 @@ export class WorkflowRunner {
           log.warn({ err, chunk: c.index }, 'remote reviewer failed; offline annotation used');
         }
       }
-      r ??= annotateChunkOffline(c, p.metadata, config.review.lowConfidence);
+      r ??= await annotateChunkOfflineAsync(c, p.metadata, config.review.lowConfidence, {
+        maxTerms: config.review.maxTerms,
+      });
       await store.putJson(`${prefix}review_chunk_${c.index}.json`, r);
       reviews.push(r);
     }

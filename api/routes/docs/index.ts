@@ -51,8 +51,10 @@ export function register(router: Router, deps: AppDeps): void {
     }
   });
   router.get('/docs/assets/:name', (ctx) => {
-    const asset = ASSETS[ctx.params.name];
-    if (!asset) return; // JSON 404 from the app's fallback
+    // Own names only: `constructor`, `__proto__` and `toString` are not assets.
+    const name = ctx.params.name;
+    if (!Object.hasOwn(ASSETS, name)) return; // JSON 404 from the app's fallback
+    const asset = ASSETS[name]!;
     ctx.type = asset.type;
     ctx.set('Cache-Control', 'public, max-age=86400');
     ctx.body = fs.createReadStream(path.join(DIST, asset.file));

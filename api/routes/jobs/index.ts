@@ -23,6 +23,7 @@ import {
   workflowStatusSchema,
 } from '../../batch/schemas.js';
 import type { JobRequest } from '../../batch/types.js';
+import { metadataProblem } from '../../batch/metadata.js';
 import { normalizeLanguage } from '../../../shared/stt/language.js';
 
 export const JOBS_PATH = '/v1/audio/transcriptions/jobs';
@@ -36,6 +37,9 @@ const DEPRECATION_HEADERS = {
 export function submitHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const body = check<JobRequest>(jobRequestSchema, ctx.request.body, 'body', 'invalid_request');
+    const { batch } = deps.config;
+    const problem = metadataProblem(body.metadata, batch.metadata, batch.review.maxTerms);
+    if (problem) throw new ApiError(400, 'invalid_request', problem);
     const runtime = batchRuntime(deps);
     for (const field of ['audio_url', 'webhook_url'] as const) {
       const url = body[field];
