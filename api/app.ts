@@ -23,7 +23,7 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
       metrics: deps.config.metrics.enabled,
     }),
   );
-  app.use(errorHandler());
+  app.use(errorHandler({ retryAfterSeconds: deps.config.failure.retryAfterSeconds }));
   app.use(routes(router));
   app.use(router.allowedMethods({ throw: false }));
   app.use(async (ctx, next) => {

@@ -17,6 +17,7 @@ import type { Principal } from '../../shared/auth/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import { isDependencyUnavailable } from '../../shared/process/index.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
@@ -56,6 +57,8 @@ export class BatchRuntime {
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
   private polls: PollReader | undefined;
+  /** Workflows paused by an outage, waiting to be queued again (workflow id -> timer). */
+  private readonly resuming = new Map<string, NodeJS.Timeout>();
   private readonly log: Logger;
 
   constructor(private readonly d: BatchRuntimeDeps) {
@@ -134,6 +137,7 @@ export class BatchRuntime {
       logger: this.log,
       hooks: this.d.hooks,
       enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
+      onOutage: (id) => this.resumeAfterOutage(id),
     });
     this.deliverer = new WebhookDeliverer({
       repo: this.repo,
@@ -151,7 +155,13 @@ export class BatchRuntime {
         WORKFLOW_QUEUE,
         { batchSize: 1, pollingIntervalSeconds: 0.5 },
         async ([job]) => {
-          await runner.run(job.data.workflowId, job.id);
+          try {
+            await runner.run(job.data.workflowId, job.id);
+          } catch (err) {
+            // The lease could not even be taken: the database is down. Queue it again when it is back.
+            if (!isDependencyUnavailable(err)) throw err;
+            this.resumeAfterOutage(job.data.workflowId);
+          }
         },
       );
     }
@@ -170,7 +180,34 @@ export class BatchRuntime {
     this.sweeper.unref();
   }
 
+  /**
+   * Queues a workflow that an outage paused again as soon as the database
+   * answers (backoff 0.5 s doubling to 10 s): its dead queue job is closed
+   * and a new one sent, and the run resumes from its checkpoints. The
+   * sweeper would find it too, but only once its lease has lapsed.
+   */
+  private resumeAfterOutage(workflowId: string, delayMs = 500): void {
+    if (!this.boss || this.resuming.has(workflowId)) return;
+    const timer = setTimeout(() => {
+      this.resuming.delete(workflowId);
+      void (async () => {
+        try {
+          await this.closeDeadJobs(workflowId);
+          await this.enqueue(workflowId);
+          this.log.info({ workflowId }, 'workflow paused by an outage queued again');
+        } catch (err) {
+          this.log.debug({ err, workflowId }, 'database still unavailable; workflow resumes later');
+          this.resumeAfterOutage(workflowId, Math.min(10_000, delayMs * 2));
+        }
+      })();
+    }, delayMs);
+    timer.unref();
+    this.resuming.set(workflowId, timer);
+  }
+
   async stop(): Promise<void> {
+    for (const t of this.resuming.values()) clearTimeout(t);
+    this.resuming.clear();
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = undefined;
     const boss = this.boss;

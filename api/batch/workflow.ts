@@ -17,12 +17,13 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { BatchConfig } from '../../shared/config/batch.js';
-import { OutboundClient } from '../../shared/net/index.js';
+import { OutboundClient, OutboundError } from '../../shared/net/index.js';
 import { type ArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { type SpeechEngine, SpeechError } from '../../shared/stt/types.js';
+import { isDependencyUnavailable } from '../../shared/process/index.js';
 import { recordUsage, windowUsage } from '../../shared/usage.js';
 import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
-import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
+import { LeaseLostError, PermanentError, ShutdownError, withoutPaths } from './errors.js';
 import * as metrics from './metrics.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
 import { annotateChunkOfflineAsync, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
@@ -60,6 +61,12 @@ export interface RunnerDeps {
   engineSlots: Semaphore;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
+  /**
+   * A run stopped because Postgres (or storage) became unreachable: the
+   * workflow is neither errored nor lost; the caller queues it again once
+   * the dependency answers, and it resumes from its checkpoints.
+   */
+  onOutage?(workflowId: string): void;
 }
 
 export const artifactPrefix = (requestId: string) => `transcription/${requestId}/`;
@@ -163,14 +170,20 @@ export class WorkflowRunner {
         log.info('workflow paused by shutdown; it resumes from its checkpoints on the next worker');
         return;
       }
+      if (isStoreOutage(err)) return this.pausedByOutage(workflowId, err, log);
       const e = err as Error;
-      const error = { name: e.name || 'Error', message: e.message || String(err) };
+      const error = { name: e.name || 'Error', message: withoutPaths(e.message || String(err)) };
       log.error({ err }, 'workflow errored');
-      if (row.params.webhook_url)
-        await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting').catch(() => {});
-      if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
-        metrics.finished.inc({ status: 'errored' });
-        await this.handOffWebhook(row, log);
+      try {
+        if (row.params.webhook_url) await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
+        if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
+          metrics.finished.inc({ status: 'errored' });
+          await this.handOffWebhook(row, log);
+        }
+      } catch (finishErr) {
+        // The failure could not be recorded (the database went away): the run is retried later.
+        if (isDependencyUnavailable(finishErr)) return this.pausedByOutage(workflowId, finishErr, log);
+        throw finishErr;
       }
     } finally {
       clearInterval(heartbeat);
@@ -178,7 +191,13 @@ export class WorkflowRunner {
     }
   }
 
-  /** Runs one step with its row in batch_steps; transient failures are retried here. */
+  /** A dependency outage stopped the run: give the lease back if possible and let the runtime requeue it. */
+  private async pausedByOutage(workflowId: string, err: unknown, log: Logger): Promise<void> {
+    log.warn({ err }, 'workflow paused: a dependency is unavailable; it resumes from its checkpoints');
+    await this.d.repo.release(workflowId, this.runnerId).catch(() => {});
+    this.d.onOutage?.(workflowId);
+  }
+
   /** Queues the first delivery; a failure here is not the workflow's: the sweeper queues it later (WEBHOOK_RECOVER_AFTER_SECONDS). */
   private async handOffWebhook(row: WorkflowRow, log: Logger): Promise<void> {
     if (!row.params.webhook_url) return;
@@ -189,6 +208,7 @@ export class WorkflowRunner {
     }
   }
 
+  /** Runs one step with its row in batch_steps; transient failures are retried here. */
   private async step<T>(
     row: WorkflowRow,
     name: string,
@@ -214,7 +234,13 @@ export class WorkflowRunner {
       } catch (err) {
         const retry =
           !signal.aborted && !(err instanceof PermanentError) && attempt < attempts && isRetryable(err);
-        await this.d.repo.stepSet(row.id, name, seq, retry ? 'waiting' : 'errored', (err as Error).message);
+        await this.d.repo.stepSet(
+          row.id,
+          name,
+          seq,
+          retry ? 'waiting' : 'errored',
+          withoutPaths(String((err as Error)?.message ?? err)),
+        );
         observe(retry ? 'retried' : 'errored');
         if (!retry) throw err;
         await sleep(Math.min(30_000, 500 * 2 ** (attempt - 1)));
@@ -673,6 +699,16 @@ export function engineAttemptTimeoutMs(
   seconds: number,
 ): number {
   return Math.round(config.engineTimeoutBaseMs + config.engineTimeoutPerAudioSecondMs * seconds);
+}
+
+/**
+ * Our own stores (Postgres, artifact storage) could not be reached: the run
+ * pauses and resumes later. The caller's audio URL or the speech engine being
+ * unreachable is the job's own failure, retried by its step and then reported.
+ */
+function isStoreOutage(err: unknown): boolean {
+  if (err instanceof OutboundError || err instanceof SpeechError || err instanceof PermanentError) return false;
+  return isDependencyUnavailable(err);
 }
 
 function isRetryable(err: unknown): boolean {

@@ -41,7 +41,19 @@ export interface PlatformConfig {
   /** `GET /metrics` (Prometheus) on the API and each realtime instance; a token, when set, guards scrapes. */
   metrics: { enabled: boolean; token: string | undefined };
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
-  embedded: { pgPort: number };
+  embedded: {
+    pgPort: number;
+    /** Restart backoff of the supervised children (realtime process, Postgres): first and longest wait. */
+    restartBaseMs: number;
+    restartMaxMs: number;
+  };
+  /** The failure policy (shared/process): what clients are told while a dependency is down. */
+  failure: {
+    /** Retry-After of a 503 answered because Postgres, Redis or storage is unavailable. */
+    retryAfterSeconds: number;
+    /** Seconds a realtime upgrade is told to wait while the realtime process is down (embedded). */
+    realtimeRetryAfterSeconds: number;
+  };
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -79,7 +91,15 @@ export function platformConfig(env: Env): PlatformConfig {
     accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
     metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
-    embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
+    embedded: {
+      pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
+      restartBaseMs: int(env, 'EMBEDDED_RESTART_BASE_MS', 500, 10),
+      restartMaxMs: int(env, 'EMBEDDED_RESTART_MAX_MS', 30_000, 10),
+    },
+    failure: {
+      retryAfterSeconds: int(env, 'DEPENDENCY_RETRY_AFTER_SECONDS', 5, 1, 3600),
+      realtimeRetryAfterSeconds: int(env, 'REALTIME_RETRY_AFTER_SECONDS', 2, 1, 3600),
+    },
   };
 }
 
