@@ -6,10 +6,14 @@
 import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
 import { startApi } from './server.js';
+import { installFailurePolicy } from '../shared/process/index.js';
 
 const config = loadConfig();
 const logger = createLogger({ level: config.logLevel, name: 'api' });
+let stop: (() => Promise<void>) | undefined;
+installFailurePolicy(logger, { onFatal: () => stop?.() });
 const api = await startApi(config, logger);
+stop = api.stop;
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.once(sig, () => {
     void api.stop().then(() => process.exit(0));

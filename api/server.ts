@@ -76,5 +76,9 @@ function proxyRealtime(server: http.Server, deps: AppDeps): () => void {
   const sep = target.lastIndexOf(':');
   const host = sep > 0 ? target.slice(0, sep) : '127.0.0.1';
   const port = Number(target.slice(sep + 1));
-  return attachRealtimeProxy(server, { host, port });
+  return attachRealtimeProxy(server, {
+    host,
+    port,
+    retryAfterSeconds: deps.config.failure.realtimeRetryAfterSeconds,
+  });
 }

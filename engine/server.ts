@@ -11,10 +11,12 @@ import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
 import { BuiltinEngine } from '../shared/stt/builtin.js';
 import { createEngineApp, ENGINE_SERVICE } from './app.js';
+import { installFailurePolicy } from '../shared/process/index.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: ENGINE_SERVICE });
+  installFailurePolicy(logger);
   const engine = new BuiltinEngine(config.speech.builtin, logger);
   const app = createEngineApp({ engine, speech: config.speech, logger, metrics: config.metrics });
   const server = http.createServer(app.callback());

@@ -13,6 +13,7 @@ import { createSpeechEngine, type SpeechEngine } from '../shared/stt/index.js';
 import { ThreadedEngine } from './threadedEngine.js';
 import { startRealtime, type RealtimeDeps, type RunningRealtime } from './server.js';
 import { NativeUwsUnavailable } from './uws.js';
+import { installFailurePolicy } from '../shared/process/index.js';
 
 /** Database, auth, limits and speech engine of a realtime process, from the config. */
 export async function createRealtimeDeps(
@@ -48,8 +49,11 @@ export async function createRealtimeDeps(
 export async function runRealtimeProcess(): Promise<RunningRealtime> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: 'realtime' });
+  let stopRunning: (() => Promise<void>) | undefined;
+  installFailurePolicy(logger, { onFatal: () => stopRunning?.() });
   const deps = await createRealtimeDeps(config, logger);
   const running = await startRealtime(deps);
+  stopRunning = () => running.stop();
 
   let stopping = false;
   const stop = () => {

@@ -130,10 +130,7 @@ export const REVIEW_MAX_TERM_LENGTH = 60;
 const TERM_DEPTH = 4;
 
 /** Every string found in the metadata (values of any key, arrays, nested objects), at most `limit`. */
-export function termsFromMetadata(
-  metadata: Record<string, unknown> | undefined,
-  limit = Infinity,
-): string[] {
+export function termsFromMetadata(metadata: Record<string, unknown> | undefined, limit = Infinity): string[] {
   const out = new Set<string>();
   // Iterative walk: no recursion, whatever the nesting.
   const stack: [unknown, number][] = [[metadata, 0]];
@@ -220,7 +217,10 @@ interface Word {
  * close. Only terms of a comparable length are looked at, and the edit
  * distance stops as soon as it exceeds what could still be accepted.
  */
-function nearMiss(gram: Word[], index: TermIndex): { term: Term; distance: number; phonetic: boolean } | null {
+function nearMiss(
+  gram: Word[],
+  index: TermIndex,
+): { term: Term; distance: number; phonetic: boolean } | null {
   const words = gram.map((w) => norm(w.word));
   if (words.some((w) => !w)) return null;
   if (index.phrases.has(words.join(' '))) return null; // already right

@@ -707,7 +707,8 @@ export function engineAttemptTimeoutMs(
  * unreachable is the job's own failure, retried by its step and then reported.
  */
 function isStoreOutage(err: unknown): boolean {
-  if (err instanceof OutboundError || err instanceof SpeechError || err instanceof PermanentError) return false;
+  if (err instanceof OutboundError || err instanceof SpeechError || err instanceof PermanentError)
+    return false;
   return isDependencyUnavailable(err);
 }
 

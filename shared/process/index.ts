@@ -89,7 +89,8 @@ export function installFailurePolicy(logger: Logger, opts: FailurePolicyOptions 
   const onRejection = (reason: unknown) => {
     counts.unhandledRejections++;
     if (!shouldLog(keyOf(reason))) return;
-    if (isDependencyUnavailable(reason)) logger.warn({ err: reason }, 'unhandled rejection: dependency unavailable');
+    if (isDependencyUnavailable(reason))
+      logger.warn({ err: reason }, 'unhandled rejection: dependency unavailable');
     else logger.error({ err: reason }, 'unhandled rejection (the process continues)');
   };
   let dying = false;

@@ -264,7 +264,11 @@ export function register(router: Router, deps: AppDeps): void {
         schema: apiErrorSchema,
       },
       '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-      '413': { description: '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB; `too_many_files` (> 4), `too_many_fields` (> 100), `fields_too_large` (> 64 KiB of fields)', schema: apiErrorSchema },
+      '413': {
+        description:
+          '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB; `too_many_files` (> 4), `too_many_fields` (> 100), `fields_too_large` (> 64 KiB of fields)',
+        schema: apiErrorSchema,
+      },
       '429': {
         description: '`rate_limit_exceeded` or `audio_quota_exhausted`',
         schema: apiErrorSchema,
