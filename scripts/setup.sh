@@ -10,6 +10,8 @@ need=()
 [ -d /usr/share/pocketsphinx/model/en-us/en-us ] || need+=(pocketsphinx-en-us)
 command -v ffmpeg >/dev/null || need+=(ffmpeg)
 command -v sox >/dev/null || need+=(sox)
+# The fault suite (test/faults) runs its own Redis server on a free port.
+command -v redis-server >/dev/null || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

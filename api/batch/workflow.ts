@@ -173,7 +173,10 @@ export class WorkflowRunner {
       if (isStoreOutage(err)) return this.pausedByOutage(workflowId, err, log);
       const e = err as Error;
       const error = { name: e.name || 'Error', message: withoutPaths(e.message || String(err)) };
-      log.error({ err }, 'workflow errored');
+      // The caller's input (URL, audio) is at fault: its message, never a stack with server paths.
+      if (err instanceof PermanentError || err instanceof OutboundError)
+        log.warn({ error }, 'workflow errored');
+      else log.error({ err }, 'workflow errored');
       try {
         if (row.params.webhook_url) await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
         if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
