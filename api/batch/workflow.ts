@@ -42,6 +42,8 @@ import type { BatchResult, ChunkCheckpoint, ResultSegment, WorkflowParams } from
 export interface RunnerHooks {
   /** Called once per chunk right before it goes to the engine (tests count these). */
   onEngineCall?(workflowId: string, chunkIndex: number): void;
+  /** Called when a step's attempt starts and when it ends (tests watch the event loop during one). */
+  onStep?(workflowId: string, name: string, phase: 'start' | 'end'): void;
 }
 
 export interface RunnerDeps {
@@ -230,7 +232,8 @@ export class WorkflowRunner {
           (performance.now() - started) / 1000,
         );
       try {
-        const out = await fn();
+        this.d.hooks?.onStep?.(row.id, name, 'start');
+        const out = await fn().finally(() => this.d.hooks?.onStep?.(row.id, name, 'end'));
         await this.d.repo.stepSet(row.id, name, seq, 'complete');
         observe('complete');
         return out;

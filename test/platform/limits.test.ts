@@ -54,12 +54,18 @@ for (const [name, make] of drivers) {
       const owner = randomUUID();
       expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'dead', max: 1, ttlMs: 150 })).to.equal(true);
       expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'new', max: 1, ttlMs: 150 })).to.equal(false);
-      await new Promise((r) => setTimeout(r, 200));
+      // Wait for the expiry itself (bounded), not for a fixed sleep a loaded machine may stretch.
+      const deadline = Date.now() + 10_000;
+      while ((await l.countLeases('c', owner)) > 0) {
+        expect(Date.now(), 'the unrenewed lease expires').to.be.below(deadline);
+        await new Promise((r) => setTimeout(r, 50));
+      }
       expect(await l.renewLease('c', owner, 'dead', 150)).to.equal(false);
-      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 150 })).to.equal(true);
+      // Renewed well inside its life (every 200 ms for a 5 s lease): a stalled tick cannot expire it.
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 5000 })).to.equal(true);
       for (let i = 0; i < 4; i++) {
-        await new Promise((r) => setTimeout(r, 80));
-        expect(await l.renewLease('c', owner, 'live', 150)).to.equal(true);
+        await new Promise((r) => setTimeout(r, 200));
+        expect(await l.renewLease('c', owner, 'live', 5000)).to.equal(true);
       }
       expect(await l.countLeases('c', owner)).to.equal(1);
     });
