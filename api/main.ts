@@ -10,10 +10,11 @@ import { installFailurePolicy } from '../shared/process/index.js';
 
 const config = loadConfig();
 const logger = createLogger({ level: config.logLevel, name: 'api' });
-let stop: (() => Promise<void>) | undefined;
-installFailurePolicy(logger, { onFatal: () => stop?.() });
+// A fatal exception stops the API gracefully once it runs.
+const running: { stop?: () => Promise<void> } = {};
+installFailurePolicy(logger, { onFatal: () => running.stop?.() });
 const api = await startApi(config, logger);
-stop = api.stop;
+running.stop = api.stop;
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.once(sig, () => {
     void api.stop().then(() => process.exit(0));

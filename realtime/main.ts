@@ -49,11 +49,11 @@ export async function createRealtimeDeps(
 export async function runRealtimeProcess(): Promise<RunningRealtime> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: 'realtime' });
-  let stopRunning: (() => Promise<void>) | undefined;
-  installFailurePolicy(logger, { onFatal: () => stopRunning?.() });
+  const started: { stop?: () => Promise<void> } = {};
+  installFailurePolicy(logger, { onFatal: () => started.stop?.() });
   const deps = await createRealtimeDeps(config, logger);
   const running = await startRealtime(deps);
-  stopRunning = () => running.stop();
+  started.stop = () => running.stop();
 
   let stopping = false;
   const stop = () => {
