@@ -42,7 +42,7 @@ describe('faults: Postgres stopped and restarted under load', function () {
   before(async () => {
     buildRecording(
       path.join(dir, 'long.wav'),
-      ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0890.wav', 'librispeech-1089-134686-0001.wav'],
+      ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0890.wav'],
       0.8,
     );
     files = await startFileServer(dir);
@@ -104,7 +104,7 @@ describe('faults: Postgres stopped and restarted under load', function () {
     );
     await pg.stop();
     const during: Awaited<ReturnType<typeof poll>>[] = [];
-    const outageEnds = Date.now() + 6000;
+    const outageEnds = Date.now() + 5000;
     while (Date.now() < outageEnds) {
       during.push(await poll(id));
       await sleep(300);
