@@ -24,6 +24,10 @@ describe('faults: an engine worker killed under segment load', function () {
     engines = await Promise.all([startEngine(), startEngine()]);
     t = await createTestApp({
       STT_WORKER_URLS: engines.map((e) => e.url).join(','),
+      // Correctness under a kill, not speed: a loaded CI machine must not time decodes out.
+      STT_ATTEMPT_TIMEOUT_MS: '8000',
+      STT_BUDGET_MS: '16000',
+      STT_HEALTH_TIMEOUT_MS: '2000',
       PLANS_JSON: JSON.stringify({ load: { maxRequestsPerMinute: 100_000, maxAudioSecondsPerWindow: 1e7 } }),
     });
     ({ key, id: keyId } = await issueKey(t, { plan: 'load' }));
@@ -53,7 +57,15 @@ describe('faults: an engine worker killed under segment load', function () {
     await sleep(4000);
     running = false;
     await load;
-    await waitFor('a 200 on the remaining worker', async () => (await send()).status === 200, 60_000, 200);
+    await waitFor(
+      'a 200 on the remaining worker',
+      async () => (await send()).status === 200,
+      60_000,
+      200,
+    ).catch((err: Error) => {
+      const seen = answers.map((r) => `${r.status} ${r.status === 200 ? '' : r.text}`).slice(-12);
+      throw new Error(`${err.message}:\n${seen.join('\n')}`);
+    });
 
     for (const r of answers) {
       if (r.status === 200) continue;
