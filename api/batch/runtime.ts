@@ -17,6 +17,7 @@ import type { Principal } from '../../shared/auth/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
@@ -32,6 +33,7 @@ export interface BatchRuntimeDeps {
   config: Config;
   logger: Logger;
   db: Knex;
+  ledger: UsageLedger;
   speech?: SpeechEngine;
   /** Overrides for tests and benchmarks. */
   store?: ArtifactStore;
@@ -120,6 +122,7 @@ export class BatchRuntime {
     }
     this.runner = new WorkflowRunner({
       db: this.d.db,
+      ledger: this.d.ledger,
       repo: this.repo,
       store: this.store,
       speech: this.d.speech!,

@@ -21,6 +21,7 @@ import { createSpeechEngine } from '../../shared/stt/index.js';
 import { SileroPool } from '../../shared/vad/silero.js';
 import { InlineVad, type VadService } from '../../shared/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
+import { UsageLedger } from '../../shared/usage.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -123,8 +124,9 @@ export async function createRealtimeContext(opts: {
   const limits: LimitsDriver = opts.redis
     ? RedisLimits.connect(TEST_REDIS_URL, opts.redisPrefix ?? `rt-test-${randomBytes(4).toString('hex')}:`)
     : new MemoryLimits();
+  const ledger = new UsageLedger(db, config.ledger, logger).start();
   const rt = await startRealtime(
-    { config, logger, db, auth, limits, engine: opts.engine },
+    { config, logger, db, auth, limits, engine: opts.engine, ledger },
     { port: 0, host: '127.0.0.1', vad: opts.vad ?? testVad(config) },
   );
   const base = `http://127.0.0.1:${rt.port}`;
@@ -145,6 +147,7 @@ export async function createRealtimeContext(opts: {
     },
     async close() {
       await rt.stop();
+      await ledger.close();
       await auth.close();
       await limits.close();
       await db.destroy();
