@@ -127,9 +127,9 @@ export async function startRealtime(
   const uWS = loadUws({ requireNative: rt.requireNativeUws });
   const breaker = new CircuitBreaker(rt.breaker);
   const quota = new ConnectionQuota(deps.limits, rt, log);
-  const meter = new UsageMeter(deps.ledger, () => sessions, deps.config.ledger.checkpointMs);
   const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
+  const meter = new UsageMeter(deps.ledger, () => sessions, deps.config.ledger.checkpointMs);
   let stopping = false;
 
   const timings = new GatewayTimings();
