@@ -1,7 +1,7 @@
 /**
  * Realtime usage through the usage ledger: every USAGE_CHECKPOINT_MS one
- * batched checkpoint of the instance's live sessions whose audio grew (their
- * rows grow and hold a lease, so the audio counts against the key's window
+ * batched checkpoint of the instance's live sessions (their rows grow and
+ * their leases are renewed, so the audio counts against the key's window
  * while the session runs, and a killed instance leaves its last checkpoint),
  * and one final record per session when it ends, whatever the reason, keyed
  * by the session id. Shutdown waits until every record is in Postgres or in
@@ -16,8 +16,6 @@ export interface MeteredSession {
 }
 
 export class UsageMeter {
-  /** Audio seconds last checkpointed, per live session. */
-  private readonly checkpointed = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private checkpointing: Promise<void> | undefined;
 
@@ -30,14 +28,16 @@ export class UsageMeter {
     this.timer.unref();
   }
 
-  /** Checkpoints the live sessions whose audio grew since their last checkpoint (skipped while one is running). */
+  /**
+   * Checkpoints every live session that has audio (skipped while the previous checkpoint is running):
+   * the rows grow and their leases are renewed, also for sessions whose audio did not grow.
+   */
   checkpoint(): Promise<void> {
     this.checkpointing ??= (async () => {
       const units = [];
       for (const s of this.live()) {
         const seconds = s.audioSeconds;
-        if (seconds <= (this.checkpointed.get(s.sessionId) ?? 0)) continue;
-        this.checkpointed.set(s.sessionId, seconds);
+        if (seconds <= 0) continue;
         units.push({
           keyId: s.principal.keyId,
           plane: 'realtime' as const,
@@ -52,7 +52,6 @@ export class UsageMeter {
 
   /** The session ended: its exact audio seconds, once. */
   record(keyId: string, sessionId: string, audioSeconds: number): void {
-    this.checkpointed.delete(sessionId);
     void this.ledger.record({ keyId, plane: 'realtime', refId: sessionId, audioSeconds });
   }
 
