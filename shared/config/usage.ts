@@ -23,9 +23,15 @@ export interface UsageLedgerConfig {
 }
 
 export function usageLedgerConfig(env: Env, dataDir: string): UsageLedgerConfig {
-  const checkpointMs = int(env, 'USAGE_CHECKPOINT_MS', 2000, 100);
   // One lease TTL by default is the realtime tier's: a killed instance's sessions lapse when its connection slots free.
   const leaseTtlMs = int(env, 'USAGE_LEASE_TTL_MS', int(env, 'REALTIME_LEASE_TTL_MS', 15_000, 1000), 200);
+  // At least three checkpoints (lease renewals) per lease TTL unless set otherwise.
+  const checkpointMs = int(
+    env,
+    'USAGE_CHECKPOINT_MS',
+    Math.max(100, Math.min(2000, Math.floor(leaseTtlMs / 3))),
+    100,
+  );
   if (leaseTtlMs <= checkpointMs) {
     throw new ConfigError(
       `USAGE_LEASE_TTL_MS (${leaseTtlMs}) must be longer than USAGE_CHECKPOINT_MS (${checkpointMs})`,
