@@ -279,7 +279,7 @@ export function register(router: Router, deps: AppDeps): void {
       },
       '502': { description: '`transcription_failed`: all worker attempts failed', schema: apiErrorSchema },
       '503': {
-        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`',
+        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`, `usage_unavailable`',
         schema: apiErrorSchema,
       },
     },
