@@ -100,14 +100,14 @@ export class UsageLedger {
 
   /** Bills a finished unit (exactly its audio seconds, once). */
   record(unit: UsageUnit): Promise<void> {
-    return this.track(this.write([{ ...unit, kind: 'final', at: Date.now() }]));
+    return this.track([{ ...unit, kind: 'final', at: Date.now() }]);
   }
 
   /** Checkpoints running units: their rows grow to these seconds and stay live for one lease TTL. */
   checkpoint(units: UsageUnit[]): Promise<void> {
     if (units.length === 0) return Promise.resolve();
     const at = Date.now();
-    return this.track(this.write(units.map((u) => ({ ...u, kind: 'live' as const, at }))));
+    return this.track(units.map((u) => ({ ...u, kind: 'live' as const, at })));
   }
 
   /** Resolves when every write started so far is in Postgres or in the spool. */
@@ -152,7 +152,11 @@ export class UsageLedger {
 
   // ---- internals -----------------------------------------------------------------------------
 
-  private track(p: Promise<void>): Promise<void> {
+  private track(entries: LedgerEntry[]): Promise<void> {
+    const p = this.write(entries).catch((err: unknown) => {
+      // Not expected (write handles Postgres and disk failures); the entries stay pending in memory.
+      this.log.error({ err }, 'usage write failed unexpectedly');
+    });
     this.inFlight.add(p);
     void p.finally(() => this.inFlight.delete(p));
     return p;
@@ -174,7 +178,8 @@ export class UsageLedger {
     await this.toSpool(entries);
   }
 
-  private async toSpool(entries: LedgerEntry[]): Promise<void> {
+  /** Adds entries to the spool; false when the disk refused them (they are still replayed from memory). */
+  private async toSpool(entries: LedgerEntry[]): Promise<boolean> {
     for (const e of entries) {
       const k = entryKey(e);
       const prev = this.pending.get(k);
@@ -182,8 +187,14 @@ export class UsageLedger {
     }
     spooledUnits.set(this.pending.size);
     spoolWrites.inc(entries.length);
-    await this.fileOp(() => this.spool.append(entries));
     this.scheduleReplay(this.backoffMs);
+    try {
+      await this.fileOp(() => this.spool.append(entries));
+      return true;
+    } catch (err) {
+      this.log.error({ err, units: entries.length }, 'usage spool not writable; usage kept in memory only');
+      return false;
+    }
   }
 
   /** A batch hit a permanent error: write entries one by one and set aside the ones that can never be written. */
@@ -209,7 +220,11 @@ export class UsageLedger {
         this.dropPending(e);
       }
     }
-    if (rejected.length > 0) await this.fileOp(() => this.spool.reject(rejected));
+    if (rejected.length > 0) {
+      await this.fileOp(() => this.spool.reject(rejected)).catch((err: unknown) =>
+        this.log.error({ err }, 'could not keep rejected usage entries'),
+      );
+    }
   }
 
   private dropPending(e: LedgerEntry): void {
@@ -273,7 +288,7 @@ export class UsageLedger {
       if (read.skipped > 0)
         this.log.warn({ skipped: read.skipped }, 'unreadable lines in an orphaned usage spool');
       // Ours on disk first, then theirs removed: a crash in between replays them twice, which bills once.
-      await this.toSpool(read.entries);
+      if (!(await this.toSpool(read.entries))) continue; // theirs stays on disk until ours can hold it
       await fsp.rm(file, { force: true });
       this.log.info({ units: read.entries.length }, 'adopted the usage spool of a process that is gone');
     }
