@@ -29,20 +29,19 @@ export class UsageMeter {
   }
 
   /**
-   * Checkpoints every live session that has audio (skipped while the previous checkpoint is running):
-   * the rows grow and their leases are renewed, also for sessions whose audio did not grow.
+   * Checkpoints every live session (skipped while the previous checkpoint is running): the rows grow
+   * and their leases are renewed, also for sessions whose audio did not grow (or has not started: a
+   * session killed before any audio still has its row, at 0 s, like one that closed).
    */
   checkpoint(): Promise<void> {
     this.checkpointing ??= (async () => {
       const units = [];
       for (const s of this.live()) {
-        const seconds = s.audioSeconds;
-        if (seconds <= 0) continue;
         units.push({
           keyId: s.principal.keyId,
           plane: 'realtime' as const,
           refId: s.sessionId,
-          audioSeconds: seconds,
+          audioSeconds: s.audioSeconds,
         });
       }
       await this.ledger.checkpoint(units);
