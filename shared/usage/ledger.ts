@@ -118,7 +118,11 @@ export class UsageLedger {
   /** Replays the spool now; true when nothing is left in it. */
   async flush(): Promise<boolean> {
     await this.drain();
-    if (this.pending.size === 0) return true;
+    await this.replaying;
+    if (this.pending.size === 0) {
+      await this.fileOps; // the spool file's last rewrite (its removal) is done too
+      return true;
+    }
     clearTimeout(this.replayTimer);
     this.replayTimer = undefined;
     return this.replay();
@@ -171,7 +175,7 @@ export class UsageLedger {
         );
         return;
       } catch (err) {
-        if (isPermanent(err)) return this.writeEach(entries);
+        if (isPermanent(err)) return this.writeEach(entries, false);
         this.log.warn({ err: errSummary(err) }, 'usage write failed; spooling it');
       }
     }
@@ -198,12 +202,15 @@ export class UsageLedger {
   }
 
   /** A batch hit a permanent error: write entries one by one and set aside the ones that can never be written. */
-  private async writeEach(entries: LedgerEntry[]): Promise<void> {
+  private async writeEach(entries: LedgerEntry[], replayed: boolean): Promise<void> {
     const rejected: LedgerEntry[] = [];
     for (const [i, e] of entries.entries()) {
       try {
         this.count(
-          await withTimeout(writeEntries(this.db, [e], this.cfg.leaseTtlMs), this.cfg.writeTimeoutMs),
+          await withTimeout(
+            writeEntries(this.db, [e], this.cfg.leaseTtlMs, replayed),
+            this.cfg.writeTimeoutMs,
+          ),
         );
         this.dropPending(e);
       } catch (err) {
@@ -251,13 +258,16 @@ export class UsageLedger {
     let ok = true;
     try {
       this.count(
-        await withTimeout(writeEntries(this.db, snapshot, this.cfg.leaseTtlMs), this.cfg.writeTimeoutMs),
+        await withTimeout(
+          writeEntries(this.db, snapshot, this.cfg.leaseTtlMs, true),
+          this.cfg.writeTimeoutMs,
+        ),
       );
       for (const e of snapshot) this.dropPending(e);
       this.log.info({ units: snapshot.length }, 'spooled usage written to Postgres');
     } catch (err) {
       if (isPermanent(err)) {
-        await this.writeEach(snapshot);
+        await this.writeEach(snapshot, true);
       } else {
         ok = false;
         this.log.warn(

@@ -53,15 +53,18 @@ function supersedes(next: LedgerEntry, prev: LedgerEntry): boolean {
   );
 }
 
-const columns = (entries: LedgerEntry[]) => [
+/** Entries written as they are made take the database's clock; replayed ones keep their own time. */
+const columns = (entries: LedgerEntry[], replayed: boolean) => [
   entries.map((e) => e.keyId),
   entries.map((e) => e.plane),
   entries.map((e) => e.refId),
   entries.map((e) => Math.max(0, e.audioSeconds)),
-  entries.map((e) => new Date(e.at).toISOString()),
+  // NULL elements (pg sends them as SQL NULL) take now() below.
+  entries.map((e) => (replayed ? new Date(e.at).toISOString() : null)) as string[],
 ];
 
-const UNNEST = `unnest(?::text[], ?::text[], ?::text[], ?::float8[], ?::timestamptz[]) AS v(key_id, plane, ref_id, audio_seconds, at)`;
+const UNNEST = `(SELECT key_id, plane, ref_id, audio_seconds, COALESCE(at, now()) AS at
+    FROM unnest(?::text[], ?::text[], ?::text[], ?::float8[], ?::timestamptz[]) AS x(key_id, plane, ref_id, audio_seconds, at)) AS v`;
 
 /** Closed units: rows that became final by this statement (plane and seconds, for the billed counter). */
 export interface Closed {
@@ -69,7 +72,7 @@ export interface Closed {
   audio_seconds: number;
 }
 
-async function writeFinal(db: Knex, entries: LedgerEntry[]): Promise<Closed[]> {
+async function writeFinal(db: Knex, entries: LedgerEntry[], replayed: boolean): Promise<Closed[]> {
   const r = await db.raw<{ rows: Closed[] }>(
     `INSERT INTO usage_events AS u (key_id, plane, ref_id, audio_seconds, status, created_at, updated_at)
      SELECT v.key_id, v.plane, v.ref_id, v.audio_seconds, 'final', v.at, now() FROM ${UNNEST}
@@ -77,12 +80,17 @@ async function writeFinal(db: Knex, entries: LedgerEntry[]): Promise<Closed[]> {
        SET audio_seconds = EXCLUDED.audio_seconds, status = 'final', lease_expires_at = NULL, updated_at = now()
        WHERE u.status <> 'final'
      RETURNING u.plane, u.audio_seconds`,
-    columns(entries),
+    columns(entries, replayed),
   );
   return r.rows;
 }
 
-async function writeLive(db: Knex, entries: LedgerEntry[], leaseTtlMs: number): Promise<void> {
+async function writeLive(
+  db: Knex,
+  entries: LedgerEntry[],
+  leaseTtlMs: number,
+  replayed: boolean,
+): Promise<void> {
   // The lease runs from the checkpoint's own time: a checkpoint replayed from the spool long after
   // its session died is written lapsed, not live.
   await db.raw(
@@ -98,21 +106,25 @@ async function writeLive(db: Knex, entries: LedgerEntry[], leaseTtlMs: number): 
                          THEN 'live' ELSE 'lapsed' END,
            updated_at = now()
        WHERE u.status <> 'final'`,
-    [leaseTtlMs / 1000, leaseTtlMs / 1000, ...columns(entries)],
+    [leaseTtlMs / 1000, leaseTtlMs / 1000, ...columns(entries, replayed)],
   );
 }
 
-/** Writes a batch of entries (compacted first); resolves with the units it closed. */
+/**
+ * Writes a batch of entries (compacted first); resolves with the units it closed. `replayed`
+ * entries (from the spool) are dated by their own `at`, fresh ones by Postgres's clock.
+ */
 export async function writeEntries(
   db: Knex,
   entries: Iterable<LedgerEntry>,
   leaseTtlMs: number,
+  replayed = false,
 ): Promise<Closed[]> {
   const all = [...compact(entries).values()];
   const finals = all.filter((e) => e.kind === 'final');
   const lives = all.filter((e) => e.kind === 'live');
-  const closed = finals.length > 0 ? await writeFinal(db, finals) : [];
-  if (lives.length > 0) await writeLive(db, lives, leaseTtlMs);
+  const closed = finals.length > 0 ? await writeFinal(db, finals, replayed) : [];
+  if (lives.length > 0) await writeLive(db, lives, leaseTtlMs, replayed);
   return closed;
 }
 
