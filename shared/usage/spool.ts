@@ -1,15 +1,17 @@
 /**
  * The ledger's spool: usage that could not reach Postgres, kept durably on
  * local disk until it is written. One append-only JSON-lines file per
- * process (`{host}.{pid}.{random}.jsonl` under USAGE_SPOOL_DIR); each line
+ * process (`{host}.{pid}.{process start}.{random}.jsonl` under
+ * USAGE_SPOOL_DIR); each line
  * is one ledger entry, appended and fdatasync'ed before the caller is told
  * the unit is safe. The owner rewrites its file compacted (tmp + rename)
  * after each replay attempt, which also shows it is alive; it deletes the
  * file once everything is written.
  *
- * A file whose process is gone (same host and a pid that no longer runs, or
- * no write for USAGE_SPOOL_ORPHAN_MS on any host sharing the directory) is
- * an orphan: any process adopts its entries and replays them. Entries are
+ * A file whose process is gone (same host and a pid that no longer runs or
+ * now belongs to a later process, as after a container restart where the
+ * service is pid 1 again; or no write for USAGE_SPOOL_ORPHAN_MS on any host
+ * sharing the directory) is an orphan: any process adopts its entries and replays them. Entries are
  * idempotent, so a file replayed twice (a crash between adopting and
  * deleting) bills once.
  */
@@ -21,6 +23,8 @@ import { randomBytes } from 'node:crypto';
 import type { LedgerEntry } from './store.js';
 
 const SUFFIX = '.jsonl';
+/** When this process started (ms): tells this process from an earlier one that had the same pid. */
+const PROCESS_START = String(Math.round(performance.timeOrigin));
 const PLANES = new Set(['segment', 'realtime', 'batch']);
 
 function isEntry(v: unknown): v is LedgerEntry {
@@ -67,7 +71,8 @@ export class Spool {
     readonly dir: string,
     private readonly orphanMs: number,
   ) {
-    this.file = path.join(dir, `${this.host}.${process.pid}.${randomBytes(4).toString('hex')}${SUFFIX}`);
+    const name = `${this.host}.${process.pid}.${PROCESS_START}.${randomBytes(4).toString('hex')}${SUFFIX}`;
+    this.file = path.join(dir, name);
   }
 
   /** Appends entries and waits until they are on disk. */
@@ -130,18 +135,23 @@ export class Spool {
     }
     const out: string[] = [];
     for (const name of names) {
-      if (!name.endsWith(SUFFIX)) continue;
       const file = path.join(this.dir, name);
-      if (file === this.file) continue;
-      const [host, pid] = name.split('.');
-      const sameHostDead = host === this.host && /^\d+$/.test(pid ?? '') && !pidAlive(Number(pid));
-      let stale = false;
+      let stale: boolean;
       try {
         stale = now - fs.statSync(file).mtimeMs > this.orphanMs;
       } catch {
         continue; // removed meanwhile
       }
-      if (sameHostDead || stale) out.push(file);
+      // A rewrite cut short by a crash leaves its temporary file; the spool file itself is intact.
+      if (name.endsWith(`${SUFFIX}.tmp`) && stale) fs.rmSync(file, { force: true });
+      if (!name.endsWith(SUFFIX) || file === this.file) continue;
+      const [host, pid, started] = name.split('.');
+      const samePid = pid === String(process.pid);
+      const gone =
+        host === this.host &&
+        /^\d+$/.test(pid ?? '') &&
+        (samePid ? started !== PROCESS_START : !pidAlive(Number(pid)));
+      if (gone || stale) out.push(file);
     }
     return out;
   }

@@ -117,7 +117,7 @@ describe('usage ledger', function () {
     });
     afterEach(() => down.destroy());
 
-    it('spools durably; replaying the spool twice (two processes adopting copies) bills once', async () => {
+    it('spools durably; replaying the spool four times (adopted copies of dead processes) bills once', async () => {
       const units = [unit(1.5), unit(2.25), unit(3)];
       const live = unit(4);
       const offline = ledger({}, down);
@@ -129,8 +129,14 @@ describe('usage ledger', function () {
       // On disk, one line per entry, as a process killed now would leave it.
       const lines = fs.readFileSync(offline.spool.file, 'utf8').trim().split('\n');
       expect(lines).to.have.length(4);
-      // Two copies, as if two dead processes had each left the same entries.
-      for (const name of [`${os.hostname()}.${DEAD_PID}.a.jsonl`, `${os.hostname()}.${DEAD_PID}.b.jsonl`]) {
+      // Copies, as if dead processes had each left the same entries: two whose pid no longer runs, and
+      // an earlier process that had this process's pid (a restarted container's pid 1).
+      const host = os.hostname().replace(/[^A-Za-z0-9_-]/g, '_');
+      for (const name of [
+        `${host}.${DEAD_PID}.1.a.jsonl`,
+        `${host}.${DEAD_PID}.1.b.jsonl`,
+        `${host}.${process.pid}.1.c.jsonl`,
+      ]) {
         fs.copyFileSync(offline.spool.file, path.join(spoolDir, name));
       }
       const replayer = ledger();
