@@ -9,6 +9,7 @@ import * as health from './health/index.js';
 import * as docs from './docs/index.js';
 import * as metrics from './metrics/index.js';
 import * as admin from './admin/index.js';
+import * as usage from './usage/index.js';
 import * as tokens from './tokens/index.js';
 import * as segment from './segment/index.js';
 import * as artifacts from './artifacts/index.js';
@@ -25,6 +26,7 @@ export const routeModules: RouteModule[] = [
   metrics,
   docs,
   admin,
+  usage,
   tokens,
   segment,
   stream,
