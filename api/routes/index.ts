@@ -14,6 +14,7 @@ import * as tokens from './tokens/index.js';
 import * as segment from './segment/index.js';
 import * as artifacts from './artifacts/index.js';
 import * as jobs from './jobs/index.js';
+import * as openai from './openai/index.js';
 import * as stream from './stream/index.js';
 
 export interface RouteModule {
@@ -30,6 +31,7 @@ export const routeModules: RouteModule[] = [
   tokens,
   segment,
   stream,
+  openai,
   artifacts,
   jobs,
 ];

@@ -51,7 +51,10 @@ describe('usage reports (real metering from the segment, realtime and batch plan
     expect(seg.status, await seg.clone().text()).to.equal(200);
 
     // Realtime: one session with key a1, through the API's base URL.
-    const ws = await connect(`${svc.baseUrl.replace('http', 'ws')}/v1/audio/transcriptions/stream`, bearer(a1.key));
+    const ws = await connect(
+      `${svc.baseUrl.replace('http', 'ws')}/v1/audio/transcriptions/stream`,
+      bearer(a1.key),
+    );
     await ws.next('session.created');
     await ws.stream(Buffer.concat([readPcm('jfk.wav'), silence(1500)]), { pace: 4 });
     await ws.next('conversation.item.input_audio_transcription.completed', 60_000);

@@ -31,7 +31,12 @@ export const SELF_USAGE_PATH = '/v1/usage';
 export const MAX_REPORT_DAYS = 366;
 const DAY_MS = 86_400_000;
 
-const ownerIdParam = { type: 'string', minLength: 1, maxLength: 200, pattern: '^[^\\u0000-\\u001f\\u007f]*$' } as const;
+const ownerIdParam = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*$',
+} as const;
 
 /** `from`/`to` of the query, defaulted to the last 30 days, checked for order and length. */
 export function resolveRange(q: UsageQuery, now = Date.now()): DateRange {

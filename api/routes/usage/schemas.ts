@@ -9,7 +9,11 @@ export const usageQuery = {
       format: 'date',
       description: 'First UTC day (YYYY-MM-DD), inclusive; default 29 days before `to`.',
     },
-    to: { type: 'string', format: 'date', description: 'Last UTC day (YYYY-MM-DD), inclusive; default today.' },
+    to: {
+      type: 'string',
+      format: 'date',
+      description: 'Last UTC day (YYYY-MM-DD), inclusive; default today.',
+    },
   },
 } as const;
 
@@ -78,6 +82,10 @@ export const usageReportSchema = {
         properties: { date: { type: 'string', format: 'date' }, ...figures },
       },
     },
-    keys: { type: 'array', items: keyUsageSchema, description: 'Per key: figures over the range and the window' },
+    keys: {
+      type: 'array',
+      items: keyUsageSchema,
+      description: 'Per key: figures over the range and the window',
+    },
   },
 } as const;
