@@ -7,6 +7,7 @@ import type Router from '@koa/router';
 import type { AppDeps } from '../deps.js';
 import * as health from './health/index.js';
 import * as docs from './docs/index.js';
+import * as playground from './playground/index.js';
 import * as metrics from './metrics/index.js';
 import * as admin from './admin/index.js';
 import * as usage from './usage/index.js';
@@ -26,6 +27,7 @@ export const routeModules: RouteModule[] = [
   health,
   metrics,
   docs,
+  playground,
   admin,
   usage,
   tokens,
