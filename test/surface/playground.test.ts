@@ -48,7 +48,10 @@ async function waitOn(page: Page, selector: string, explain: string, timeout = 1
   try {
     await page.locator(selector).waitFor({ timeout });
   } catch (err) {
-    const shown = await page.locator(explain).innerText().catch(() => '?');
+    const shown = await page
+      .locator(explain)
+      .innerText()
+      .catch(() => '?');
     throw new Error(`${(err as Error).message}\npage showed: ${shown}`);
   }
 }
@@ -59,7 +62,12 @@ function screenshot(page: Page, name: string) {
 
 /** Share of the reference's distinct words that appear in `text`. */
 function overlap(reference: string, text: string): number {
-  const seen = new Set(text.toLowerCase().replace(/[^a-z' ]+/g, ' ').split(/\s+/));
+  const seen = new Set(
+    text
+      .toLowerCase()
+      .replace(/[^a-z' ]+/g, ' ')
+      .split(/\s+/),
+  );
   const words = new Set(reference.split(' '));
   return [...words].filter((w) => seen.has(w)).length / words.size;
 }
@@ -122,7 +130,9 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
     expect(res.headers.get('content-type')).to.match(/^text\/html/);
     expect(res.headers.get('content-security-policy')).to.include("default-src 'self'");
     expect(await page.locator('#key').inputValue()).to.equal('');
-    const stored = await page.evaluate(() => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }));
+    const stored = await page.evaluate(
+      () => JSON.stringify({ ...localStorage }) + JSON.stringify({ ...sessionStorage }),
+    );
     expect(stored).not.to.include('sk-');
   });
 
@@ -151,7 +161,9 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
       const bin = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
       const dt = new DataTransfer();
       dt.items.add(new File([bin], 'jfk.wav', { type: 'audio/wav' }));
-      document.getElementById('drop')!.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+      document
+        .getElementById('drop')!
+        .dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
     }, bytes);
     await waitOn(page, '#file-status.ok', '#file-status');
     const text = await page.locator('#file-text').innerText();
@@ -172,7 +184,10 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
     expect(await page.locator('#batch-status').innerText()).to.match(/cf_[0-9a-f]{64}: complete/);
     const steps = await page.locator('#batch-steps li').allInnerTexts();
     expect(steps.length).to.be.at.least(3);
-    expect(steps.every((s) => /: (complete|skipped)/.test(s)), steps.join('\n')).to.equal(true);
+    expect(
+      steps.every((s) => /: (complete|skipped)/.test(s)),
+      steps.join('\n'),
+    ).to.equal(true);
     expect(steps.filter((s) => s.includes(': complete')).length).to.be.at.least(3);
     // Batch splits jfk at its pauses, which costs PocketSphinx accuracy (docs/benchmarks.md).
     expect(wer(JFK, await page.locator('#batch-text').innerText())).to.be.below(0.6);
@@ -181,8 +196,10 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
     expect(await page.locator('#artifact-view').innerText()).to.include('"segments"');
     // Usage refreshed after the job: all three planes show up.
     await page.click('#usage-refresh');
-    await page.waitForFunction(() => /batch jobs\s*\d+\.\d\s*1/.test(document.getElementById('usage-table')!.innerText));
-    expect(await page.locator('#usage-window').innerText()).to.match(/of 3600 s used/);
+    await page.waitForFunction(() =>
+      /batch jobs\s*\d+\.\d\s*1/.test(document.getElementById('usage-table')!.innerText),
+    );
+    expect(await page.locator('#usage-window').innerText()).to.match(/: \d+\.\d s of \d+ s used, /);
     await screenshot(page, 'batch');
   });
 
@@ -190,7 +207,9 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
     await page.fill('#batch-url', 'http://10.0.0.1/a.wav');
     await page.click('#batch-form button');
     await page.locator('#batch-status.error').waitFor();
-    expect(await page.locator('#batch-status').innerText()).to.include('OUTBOUND_ALLOW').and.include('(invalid_request)');
+    expect(await page.locator('#batch-status').innerText())
+      .to.include('OUTBOUND_ALLOW')
+      .and.include('(invalid_request)');
   });
 
   it('shows a close code and reason, and reconnects where the interface says to', async () => {
@@ -203,7 +222,9 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
       .waitForFunction(
         () => {
           const log = document.getElementById('mic-events')!.textContent ?? '';
-          return log.includes('1008 session_duration_limit') && (log.match(/session\.created/g) ?? []).length >= 2;
+          return (
+            log.includes('1008 session_duration_limit') && (log.match(/session\.created/g) ?? []).length >= 2
+          );
         },
         undefined,
         { timeout: 60_000 },

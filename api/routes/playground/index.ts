@@ -15,9 +15,10 @@ import type { AppDeps } from '../../deps.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** Beside this file when run from source; from the source tree when run compiled (dist/ holds no static files). */
-const STATIC = [path.join(HERE, 'static'), path.resolve(HERE, '../../../../api/routes/playground/static')].find(
-  (dir) => fs.existsSync(dir),
-)!;
+const STATIC = [
+  path.join(HERE, 'static'),
+  path.resolve(HERE, '../../../../api/routes/playground/static'),
+].find((dir) => fs.existsSync(dir))!;
 
 const FILES: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
