@@ -102,7 +102,7 @@ $('usage-refresh').addEventListener('click', refreshUsage);
 
 // ---------------------------------------------------------------- live microphone
 
-const mic = { ws: null, ctx: null, stream: null, node: null, wanted: false, backoffMs: 1000, utterances: new Map() };
+const mic = { ws: null, ctx: null, stream: null, node: null, wanted: false, backoffMs: 1000, utterances: new Map(), session: '' };
 
 function logEvent(text) {
   const li = document.createElement('li');
@@ -116,11 +116,14 @@ function utteranceItem(index) {
   if (!li) {
     li = document.createElement('li');
     li.dataset.index = index;
+    li.dataset.session = mic.session;
     li.className = 'pending';
     li.textContent = '…';
     mic.utterances.set(index, li);
-    // Ordered by utterance_index, whatever the arrival order.
-    const later = [...$('utterances').children].find((c) => Number(c.dataset.index) > index);
+    // Ordered by utterance_index within the session, whatever the arrival order.
+    const later = [...$('utterances').children].find(
+      (c) => c.dataset.session === mic.session && Number(c.dataset.index) > index,
+    );
     $('utterances').insertBefore(li, later || null);
   }
   return li;
@@ -173,6 +176,9 @@ async function connect() {
 function onEvent(e) {
   switch (e.type) {
     case 'session.created':
+      // A new session (after a reconnect) numbers its utterances from 0 again.
+      endUtterances();
+      mic.session = e.session_id;
       mic.backoffMs = 1000;
       show($('mic-status'), `Listening (session ${e.session_id}, ${e.plan} plan, ${Math.round(e.limits.remaining_audio_seconds)} s of audio left).`, 'ok');
       logEvent(`session.created ${e.session_id}`);
@@ -243,8 +249,19 @@ function failMic(err) {
   stopMic();
 }
 
+/** Utterances still in flight when a session ends never complete. */
+function endUtterances() {
+  for (const li of $('utterances').querySelectorAll('li.pending')) {
+    li.className = 'lost';
+    li.textContent = '(not transcribed: the session ended)';
+  }
+  mic.utterances = new Map();
+}
+
 function stopMic() {
   mic.wanted = false;
+  $('speech-indicator').hidden = true;
+  endUtterances();
   if (mic.ws) {
     const ws = mic.ws;
     mic.ws = null;
