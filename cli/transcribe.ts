@@ -71,6 +71,7 @@ per file, the bytes uploaded then the decode; per URL, the job's steps.
   --model M          model name passed to the service (default whisper-1)
   --worker-id W      pin a speech worker
   --concurrency N    files in flight at once (default 2)
+  --progress         progress lines even when stderr is not a terminal
 
 429 answers are retried after their Retry-After, 502/503 once. Exit code 1
 when any file failed, 2 for a usage error.
@@ -274,6 +275,7 @@ async function main(): Promise<void> {
       model: { type: 'string', default: 'whisper-1' },
       'worker-id': { type: 'string' },
       concurrency: { type: 'string', default: '2' },
+      progress: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -300,7 +302,15 @@ async function main(): Promise<void> {
 
   // One line per file in flight (bytes uploaded, then the decode; or a job's steps), and the files done.
   const bars = new cliProgress.MultiBar(
-    { format: '{name} [{bar}] {phase}', hideCursor: true, stream: process.stderr, clearOnComplete: true },
+    {
+      format: '{name} [{bar}] {phase}',
+      hideCursor: true,
+      stream: process.stderr,
+      clearOnComplete: true,
+      // Not a terminal: only with --progress, as a line every half second.
+      noTTYOutput: values.progress,
+      notTTYSchedule: 500,
+    },
     cliProgress.Presets.shades_classic,
   );
   const overall =
