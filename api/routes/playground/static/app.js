@@ -58,7 +58,11 @@ $('key-form').addEventListener('submit', async (ev) => {
   try {
     const usage = await api('/v1/usage');
     const k = usage.keys[0];
-    show($('key-status'), `Key …${candidate.slice(-4)} (${k.plan} plan, owner ${usage.ownerId}) is ready.`, 'ok');
+    show(
+      $('key-status'),
+      `Key …${candidate.slice(-4)} (${k.plan} plan, owner ${usage.ownerId}) is ready.`,
+      'ok',
+    );
     for (const id of ['mic-start', 'usage-refresh']) $(id).disabled = false;
     document.querySelector('#batch-form button').disabled = false;
     renderUsage(usage);
@@ -78,7 +82,8 @@ const PLANE_UNITS = [
 
 function renderUsage(u) {
   const rows = PLANE_UNITS.map(
-    ([plane, unit, label]) => `<tr><td>${label}</td><td>${u.totals.audioSeconds[plane].toFixed(1)}</td><td>${u.totals[unit]}</td></tr>`,
+    ([plane, unit, label]) =>
+      `<tr><td>${label}</td><td>${u.totals.audioSeconds[plane].toFixed(1)}</td><td>${u.totals[unit]}</td></tr>`,
   );
   const tbody = $('usage-table').querySelector('tbody');
   tbody.innerHTML = rows.join('');
@@ -102,7 +107,16 @@ $('usage-refresh').addEventListener('click', refreshUsage);
 
 // ---------------------------------------------------------------- live microphone
 
-const mic = { ws: null, ctx: null, stream: null, node: null, wanted: false, backoffMs: 1000, utterances: new Map(), session: '' };
+const mic = {
+  ws: null,
+  ctx: null,
+  stream: null,
+  node: null,
+  wanted: false,
+  backoffMs: 1000,
+  utterances: new Map(),
+  session: '',
+};
 
 function logEvent(text) {
   const li = document.createElement('li');
@@ -166,7 +180,9 @@ async function connect() {
   show($('mic-status'), 'Connecting…');
   const { token } = await api('/v1/audio/transcriptions/session-token', { method: 'POST' });
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-  const ws = new WebSocket(`${scheme}://${location.host}${STREAM_PATH}?access_token=${encodeURIComponent(token)}`);
+  const ws = new WebSocket(
+    `${scheme}://${location.host}${STREAM_PATH}?access_token=${encodeURIComponent(token)}`,
+  );
   ws.binaryType = 'arraybuffer';
   mic.ws = ws;
   ws.onmessage = (ev) => onEvent(JSON.parse(ev.data));
@@ -180,7 +196,11 @@ function onEvent(e) {
       endUtterances();
       mic.session = e.session_id;
       mic.backoffMs = 1000;
-      show($('mic-status'), `Listening (session ${e.session_id}, ${e.plan} plan, ${Math.round(e.limits.remaining_audio_seconds)} s of audio left).`, 'ok');
+      show(
+        $('mic-status'),
+        `Listening (session ${e.session_id}, ${e.plan} plan, ${Math.round(e.limits.remaining_audio_seconds)} s of audio left).`,
+        'ok',
+      );
       logEvent(`session.created ${e.session_id}`);
       break;
     case 'input_audio_buffer.speech_started':
@@ -323,7 +343,11 @@ async function transcribeFile(file) {
     lastTranscript = await api('/v1/audio/transcriptions', { method: 'POST', body: form });
     lastTranscript.name = file.name.replace(/\.[^.]+$/, '') || 'transcript';
     $('file-text').textContent = lastTranscript.text || '(no words)';
-    show($('file-status'), `${lastTranscript.duration.toFixed(1)} s of audio transcribed in ${Math.round(performance.now() - t0)} ms.`, 'ok');
+    show(
+      $('file-status'),
+      `${lastTranscript.duration.toFixed(1)} s of audio transcribed in ${Math.round(performance.now() - t0)} ms.`,
+      'ok',
+    );
     $('dl-srt').hidden = $('dl-vtt').hidden = false;
   } catch (err) {
     show($('file-status'), err.message, 'error');
@@ -348,8 +372,12 @@ drop.addEventListener('drop', (ev) => {
   const file = ev.dataTransfer.files[0];
   if (file) transcribeFile(file);
 });
-$('dl-srt').addEventListener('click', () => download(`${lastTranscript.name}.srt`, captions(lastTranscript, 'srt'), 'application/x-subrip'));
-$('dl-vtt').addEventListener('click', () => download(`${lastTranscript.name}.vtt`, captions(lastTranscript, 'vtt'), 'text/vtt'));
+$('dl-srt').addEventListener('click', () =>
+  download(`${lastTranscript.name}.srt`, captions(lastTranscript, 'srt'), 'application/x-subrip'),
+);
+$('dl-vtt').addEventListener('click', () =>
+  download(`${lastTranscript.name}.vtt`, captions(lastTranscript, 'vtt'), 'text/vtt'),
+);
 
 // ---------------------------------------------------------------- batch
 
@@ -360,7 +388,10 @@ function renderSteps(steps) {
   for (const s of steps) {
     const li = document.createElement('li');
     li.className = s.status;
-    const took = s.started_at && s.ended_at ? ` ${((Date.parse(s.ended_at) - Date.parse(s.started_at)) / 1000).toFixed(1)} s` : '';
+    const took =
+      s.started_at && s.ended_at
+        ? ` ${((Date.parse(s.ended_at) - Date.parse(s.started_at)) / 1000).toFixed(1)} s`
+        : '';
     li.textContent = `${s.name}: ${s.status}${took}${s.attempts > 1 ? ` (attempt ${s.attempts})` : ''}`;
     $('batch-steps').append(li);
   }
@@ -404,14 +435,22 @@ async function pollJob(id) {
       continue;
     }
     renderSteps(job.steps || []);
-    show($('batch-status'), `Job ${id}: ${job.status}`, job.status === 'complete' ? 'ok' : job.status === 'errored' ? 'error' : '');
+    show(
+      $('batch-status'),
+      `Job ${id}: ${job.status}`,
+      job.status === 'complete' ? 'ok' : job.status === 'errored' ? 'error' : '',
+    );
     if (FINAL.has(job.status)) {
       if (job.status === 'complete') {
         const result = job.output.result;
         $('batch-text').textContent = result.segments.map((s) => s.text).join(' ') || '(no words)';
         renderArtifacts(job);
       } else if (job.error) {
-        show($('batch-status'), `Job ${id}: ${job.status}: ${job.error.message} (${job.error.name})`, 'error');
+        show(
+          $('batch-status'),
+          `Job ${id}: ${job.status}: ${job.error.message} (${job.error.name})`,
+          'error',
+        );
       }
       refreshUsage();
       return;
