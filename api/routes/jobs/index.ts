@@ -40,7 +40,11 @@ export function submitHandler(deps: AppDeps): Middleware {
     for (const field of ['audio_url', 'webhook_url'] as const) {
       const url = body[field];
       if (url !== undefined && !runtime.destinationAllowed(url)) {
-        throw new ApiError(400, 'invalid_request', `Field "${field}" must be a public http(s) URL.`);
+        throw new ApiError(
+          400,
+          'invalid_request',
+          `Field "${field}" must be a public http(s) URL (loopback and private addresses are refused unless the server setting OUTBOUND_ALLOW lists them).`,
+        );
       }
     }
     // A language the engine cannot serve would only fail later, chunk by chunk.

@@ -39,6 +39,7 @@ import {
 import { windowUsage } from '../../../shared/usage.js';
 import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses } from '../jobs/index.js';
+import { sendTranscriptStream, wantsStream } from '../openai/stream.js';
 
 export const SEGMENT_PATH = '/v1/audio/transcriptions';
 
@@ -116,6 +117,8 @@ export function segmentHandler(deps: AppDeps): Middleware {
         `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
       );
     }
+    // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
+    const stream = wantsStream(fields.stream);
     const language = normalizeLanguage(fields.language);
     const supported = engine.languages();
     if (language && !supported.includes('*') && !supported.includes(language)) {
@@ -194,10 +197,11 @@ export function segmentHandler(deps: AppDeps): Middleware {
       refId: `seg_${randomUUID()}`,
     });
 
-    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
     ctx.set('X-Worker-Id', result.workerId);
     ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
     ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
+    if (stream) return sendTranscriptStream(ctx, result);
+    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
     ctx.type = rendered.contentType;
     ctx.body = rendered.body;
   };
@@ -255,7 +259,7 @@ export function register(router: Router, deps: AppDeps): void {
       ...deprecatedJobResponses,
       '200': {
         description:
-          'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
+          'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text); with `stream=true`, text/event-stream of OpenAI transcription stream events',
         schema: verboseJsonSchema,
         headers: {
           'X-Worker-Id': { description: 'Worker that produced the result', schema: { type: 'string' } },

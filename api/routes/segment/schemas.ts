@@ -18,6 +18,12 @@ export const segmentRequestSchema = {
     prompt: { type: 'string', description: 'Context prompt' },
     response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
     worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
+    stream: {
+      type: 'boolean',
+      default: false,
+      description:
+        'OpenAI-compatible streaming: `true` answers `text/event-stream` with `transcript.text.delta` events, then `transcript.text.done` with the full text (response_format is then not used)',
+    },
   },
 } as const;
 
