@@ -4,7 +4,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import request from 'supertest';
-import { createTestApp, issueKey, LogCapture } from '../helpers/app.js';
+import { createTestApp, issueKey } from '../helpers/app.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 

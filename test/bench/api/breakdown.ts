@@ -15,7 +15,7 @@
  *   errors   the plane-aware error handler
  *   router   @koa/router with the exact-path index, route plane
  *   auth     API key authentication (cached key store lookup)
- *   limit    Redis request rate limit (local reservations), X-RateLimit-* headers
+ *   limit    Redis request rate limit, X-RateLimit-* headers
  *   token    the real handler: HMAC-signed session token, Cache-Control
  */
 import autocannon from 'autocannon';
