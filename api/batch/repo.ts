@@ -1,5 +1,6 @@
-/** Postgres access for batch workflows: rows in, API shapes out (the presenter lives here too). */
+/** Postgres access for batch workflows (the poll response is presented in poll.ts). */
 import type { Knex } from 'knex';
+import type { PollView } from './poll.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
 export interface WorkflowRow {
@@ -50,6 +51,21 @@ export class WorkflowRepo {
 
   async get(id: string): Promise<WorkflowRow | undefined> {
     return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
+  }
+
+  /** What a poll shows of the tenant's workflow, steps included, in one query; undefined for another tenant's. */
+  async pollView(id: string, ownerId: string): Promise<PollView | undefined> {
+    const steps = this.db('batch_steps as s')
+      .where('s.workflow_id', this.db.ref('w.id'))
+      .select(
+        this.db.raw(
+          `COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
+             'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY s.seq), '[]'::json)`,
+        ),
+      );
+    return this.db('batch_workflows as w')
+      .where({ 'w.id': id, 'w.owner_id': ownerId })
+      .first('w.id', 'w.request_id', 'w.status', 'w.error', 'w.output', steps.as('steps'));
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */

@@ -18,7 +18,7 @@ import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import * as metrics from './metrics.js';
-import { PollReader } from './poll.js';
+import { presentPoll, type PollResponse } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -55,7 +55,6 @@ export class BatchRuntime {
   private sweeper: NodeJS.Timeout | undefined;
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
-  private polls: PollReader | undefined;
   private readonly log: Logger;
 
   constructor(private readonly d: BatchRuntimeDeps) {
@@ -181,7 +180,6 @@ export class BatchRuntime {
       await boss
         .stop({ graceful: true, timeout: 5000, wait: true })
         .catch((err) => this.log.warn({ err }, 'pg-boss stop'));
-    await this.polls?.close();
     await this.store.close();
   }
 
@@ -291,15 +289,10 @@ export class BatchRuntime {
     };
   }
 
-  /**
-   * The poll response (interface 2.3) of the tenant's workflow as JSON text,
-   * ready-made in Postgres; undefined for unknown ids and other tenants' workflows.
-   */
-  async pollBody(ownerId: string, workflowId: string): Promise<string | undefined> {
-    const cfg = this.d.config;
-    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
-    this.polls ??= new PollReader(cfg.databaseUrl, cfg.batch.pollConnections, this.log);
-    return this.polls.body(workflowId, ownerId);
+  /** The poll response (interface 2.3) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
+  async poll(ownerId: string, workflowId: string): Promise<PollResponse | undefined> {
+    const view = await this.repo.pollView(workflowId, ownerId);
+    return view && presentPoll(view);
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */
