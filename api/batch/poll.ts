@@ -1,6 +1,6 @@
 /**
  * The poll response (interface 2.3, 2.4), presented from the workflow row
- * and its steps as the repository reads them (`WorkflowRepo.pollView`).
+ * and its steps as the repository reads them (`WorkflowRepo.pollViews`).
  *
  * Field order is the interface's: `workflow_id`, `status`, `steps`, `output`
  * (only when complete), `error` (set only when errored), then the project's
@@ -90,4 +90,54 @@ export function presentPoll(v: PollView): PollResponse {
     error: v.status === 'errored' ? v.error : null,
     request_id: v.request_id,
   };
+}
+
+/** Most polls one query reads. */
+const MAX_BATCH = 256;
+
+interface PendingPoll {
+  workflowId: string;
+  ownerId: string;
+  resolve(view: PollView | undefined): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * Polls are the most frequent request of the batch plane: those that arrive
+ * in the same turn of the event loop are read together by one query
+ * (`WorkflowRepo.pollViews`), so under load a poll costs a share of one
+ * round trip; a single poll waits only for the end of the current turn.
+ */
+export class PollReader {
+  private pending: PendingPoll[] = [];
+
+  constructor(
+    private readonly read: (ids: string[], owners: string[]) => Promise<(PollView | undefined)[]>,
+  ) {}
+
+  /** The poll response of the tenant's workflow, or undefined (unknown id, or another tenant's). */
+  async poll(workflowId: string, ownerId: string): Promise<PollResponse | undefined> {
+    const view = await new Promise<PollView | undefined>((resolve, reject) => {
+      if (this.pending.push({ workflowId, ownerId, resolve, reject }) === 1) setImmediate(this.flush);
+    });
+    return view && presentPoll(view);
+  }
+
+  private readonly flush = () => {
+    const all = this.pending;
+    this.pending = [];
+    for (let i = 0; i < all.length; i += MAX_BATCH) void this.readBatch(all.slice(i, i + MAX_BATCH));
+  };
+
+  private async readBatch(batch: PendingPoll[]): Promise<void> {
+    try {
+      const views = await this.read(
+        batch.map((p) => p.workflowId),
+        batch.map((p) => p.ownerId),
+      );
+      batch.forEach((p, i) => p.resolve(views[i]));
+    } catch (err) {
+      for (const p of batch) p.reject(err);
+    }
+  }
 }

@@ -22,6 +22,15 @@ export interface WorkflowRow {
   ended_at: Date | null;
 }
 
+const POLL_VIEWS = `
+  SELECT q.i::int4 AS i, w.id, w.request_id, w.status, w.error,
+         CASE WHEN w.status = 'complete' THEN w.output ELSE '{}'::jsonb END AS output,
+         (SELECT COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
+                    'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY s.seq), '[]'::json)
+            FROM batch_steps s WHERE s.workflow_id = w.id) AS steps
+    FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS q(id, owner_id, i)
+    JOIN batch_workflows w ON w.id = q.id AND w.owner_id = q.owner_id`;
+
 export class WorkflowRepo {
   constructor(readonly db: Knex) {}
 
@@ -53,19 +62,16 @@ export class WorkflowRepo {
     return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
   }
 
-  /** What a poll shows of the tenant's workflow, steps included, in one query; undefined for another tenant's. */
-  async pollView(id: string, ownerId: string): Promise<PollView | undefined> {
-    const steps = this.db('batch_steps as s')
-      .where('s.workflow_id', this.db.ref('w.id'))
-      .select(
-        this.db.raw(
-          `COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
-             'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY s.seq), '[]'::json)`,
-        ),
-      );
-    return this.db('batch_workflows as w')
-      .where({ 'w.id': id, 'w.owner_id': ownerId })
-      .first('w.id', 'w.request_id', 'w.status', 'w.error', 'w.output', steps.as('steps'));
+  /**
+   * What polls show of the given workflows, each with its tenant in the same
+   * join condition, in one query: undefined for an unknown id or another
+   * tenant's workflow. Steps come in their sequence order.
+   */
+  async pollViews(ids: string[], owners: string[]): Promise<(PollView | undefined)[]> {
+    const { rows } = await this.db.raw<{ rows: (PollView & { i: number })[] }>(POLL_VIEWS, [ids, owners]);
+    const views: (PollView | undefined)[] = new Array(ids.length);
+    for (const { i, ...view } of rows) views[i - 1] = view;
+    return views;
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */

@@ -18,7 +18,7 @@ import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import * as metrics from './metrics.js';
-import { presentPoll, type PollResponse } from './poll.js';
+import { PollReader, type PollResponse } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -48,6 +48,7 @@ export interface JobAccepted {
 
 export class BatchRuntime {
   readonly repo: WorkflowRepo;
+  private readonly polls: PollReader;
   readonly store: ArtifactStore;
   readonly outbound: OutboundClient;
   private boss: PgBoss | undefined;
@@ -59,6 +60,7 @@ export class BatchRuntime {
 
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
+    this.polls = new PollReader((ids, owners) => this.repo.pollViews(ids, owners));
     this.store = d.store ?? createArtifactStore(d.config.batch.storage);
     this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
     this.log = d.logger.child({ component: 'batch' });
@@ -292,8 +294,7 @@ export class BatchRuntime {
 
   /** The poll response (interface 2.3) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
   async poll(ownerId: string, workflowId: string): Promise<PollResponse | undefined> {
-    const view = await this.repo.pollView(workflowId, ownerId);
-    return view && presentPoll(view);
+    return this.polls.poll(workflowId, ownerId);
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */
