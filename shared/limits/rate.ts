@@ -52,7 +52,12 @@ export class RateLimiters {
       return { allowed: true, retryAfterMs: 0, remaining: res.remainingPoints, limit: perMinute };
     } catch (rej) {
       if (rej instanceof RateLimiterRes) {
-        return { allowed: false, retryAfterMs: Math.max(1, rej.msBeforeNext), remaining: 0, limit: perMinute };
+        return {
+          allowed: false,
+          retryAfterMs: Math.max(1, rej.msBeforeNext),
+          remaining: 0,
+          limit: perMinute,
+        };
       }
       throw rej;
     }
