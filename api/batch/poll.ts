@@ -50,10 +50,10 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
 /** `obj` with the listed keys first, in that order (those it has), then its other keys as they were. */
 function ordered(obj: unknown, keys: readonly string[]): unknown {
   if (!isObject(obj)) return obj;
-  const out: Record<string, unknown> = {};
-  for (const k of keys) if (k in obj) out[k] = obj[k];
-  for (const k of Object.keys(obj)) if (!(k in out)) out[k] = obj[k];
-  return out;
+  const listed = keys.filter((k) => Object.hasOwn(obj, k));
+  const rest = Object.keys(obj).filter((k) => !keys.includes(k));
+  // fromEntries defines own properties: a stored key named `__proto__` stays a plain key.
+  return Object.fromEntries([...listed, ...rest].map((k) => [k, obj[k]]));
 }
 
 function presentResult(result: unknown): unknown {
