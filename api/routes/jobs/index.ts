@@ -108,12 +108,10 @@ export function pollHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const id = ctx.params.workflowId as string;
     const body = WORKFLOW_ID_RE.test(id)
-      ? await batchRuntime(deps).pollBody(ctx.state.principal.ownerId, id)
+      ? await batchRuntime(deps).poll(ctx.state.principal.ownerId, id)
       : undefined;
     if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
-    // Already JSON text (rendered in Postgres): sent as it is.
-    ctx.type = 'application/json';
     ctx.body = body;
   };
 }
