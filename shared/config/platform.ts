@@ -54,6 +54,8 @@ export interface PlatformConfig {
     /** Seconds a realtime upgrade is told to wait while the realtime process is down (embedded). */
     realtimeRetryAfterSeconds: number;
   };
+  /** The browser playground at `/` (PLAYGROUND_ENABLED). */
+  playgroundEnabled: boolean;
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -100,6 +102,7 @@ export function platformConfig(env: Env): PlatformConfig {
       retryAfterSeconds: int(env, 'DEPENDENCY_RETRY_AFTER_SECONDS', 5, 1, 3600),
       realtimeRetryAfterSeconds: int(env, 'REALTIME_RETRY_AFTER_SECONDS', 2, 1, 3600),
     },
+    playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
   };
 }
 
