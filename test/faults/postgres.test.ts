@@ -97,7 +97,7 @@ describe('faults: Postgres stopped and restarted under load', function () {
       async () => {
         const p = JSON.parse((await poll(id)).body) as Poll;
         const done = p.steps.filter((s) => s.name.startsWith('transcribe_chunk_') && s.status === 'complete');
-        return done.length >= 1 && p.status === 'running' ? done.map((s) => s.name) : undefined;
+        return done.length >= 1 && p.status === 'running' ? done : undefined;
       },
       180_000,
       100,
@@ -126,11 +126,17 @@ describe('faults: Postgres stopped and restarted under load', function () {
     );
     expect(done.status, JSON.stringify(done.error)).to.equal('complete');
     expect(api.proc.alive, 'the API process is up').to.equal(true);
-    // Every chunk checkpointed before the outage was reused, not transcribed again.
+    // Every chunk checkpointed before the outage was reused or kept, never transcribed again:
+    // its step was not attempted again.
     const chunks = done.output!.chunks!;
-    for (const name of before) {
-      const index = Number(name.slice('transcribe_chunk_'.length));
-      expect(chunks.find((c) => c.index === index)?.reused, name).to.equal(true);
+    for (const step of before) {
+      const index = Number(step.name.slice('transcribe_chunk_'.length));
+      expect(
+        chunks.some((c) => c.index === index),
+        step.name,
+      ).to.equal(true);
+      const after = done.steps.find((s) => s.name === step.name)!;
+      expect(after.attempts, `${step.name} attempts`).to.equal(step.attempts);
     }
     const ready = await fetch(`${api.url}/readyz`);
     expect(ready.status).to.equal(200);
