@@ -41,7 +41,11 @@ function uploadError(err: unknown, maxFileBytes: number): UploadError {
     case 1015:
       return new UploadError(413, 'too_many_files', `A multipart body may carry at most ${MAX_FILES} files.`);
     case 1007:
-      return new UploadError(413, 'too_many_fields', `A multipart body may carry at most ${MAX_FIELDS} fields.`);
+      return new UploadError(
+        413,
+        'too_many_fields',
+        `A multipart body may carry at most ${MAX_FIELDS} fields.`,
+      );
     case 1006:
       return new UploadError(
         413,

@@ -62,7 +62,9 @@ for (const [name, make] of drivers) {
       }
       expect(await l.renewLease('c', owner, 'dead', 150)).to.equal(false);
       // Renewed well inside its life (every 200 ms for a 5 s lease): a stalled tick cannot expire it.
-      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 5000 })).to.equal(true);
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 5000 })).to.equal(
+        true,
+      );
       for (let i = 0; i < 4; i++) {
         await new Promise((r) => setTimeout(r, 200));
         expect(await l.renewLease('c', owner, 'live', 5000)).to.equal(true);
