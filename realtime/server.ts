@@ -160,6 +160,16 @@ export async function startRealtime(
     if (state === 'open') for (const s of sessions) s.end('upstreamUnavailable');
   });
 
+  // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
+  const atCapacity = () => {
+    const { maxSessions, maxQueuedUtterances } = rt.overload;
+    if (maxSessions > 0 && sessions.size >= maxSessions) return true;
+    if (maxQueuedUtterances <= 0) return false;
+    let queued = 0;
+    for (const s of sessions) queued += s.inFlight.utterances;
+    return queued >= maxQueuedUtterances;
+  };
+
   const app = uWS.App();
 
   app.ws<UserData>(STREAM_PATH, {
@@ -199,6 +209,11 @@ export async function startRealtime(
         const retry = Math.max(1, Math.ceil(breaker.retryAfterMs() / 1000));
         return refuse(503, 'upstream_unavailable', 'The speech upstream is unavailable; retry later.', {
           'retry-after': String(retry),
+        });
+      }
+      if (atCapacity()) {
+        return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+          'retry-after': String(rt.overload.retryAfterSeconds),
         });
       }
       const cred = realtimeCredential(authorization, query);
