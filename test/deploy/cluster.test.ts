@@ -100,6 +100,8 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
         BATCH_SWEEP_INTERVAL_MS: '300',
         REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
         REALTIME_LEASE_RENEW_MS: '500',
+        // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
+        USAGE_CHECKPOINT_MS: '500',
         WEBHOOK_BASE_DELAY_SECONDS: '1',
       },
     });
@@ -323,12 +325,14 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     expect(sessionIds).to.include(killedId);
     const db = createDb(d.db.url, { poolMax: 1 });
     try {
+      // Billed: the session's ledger row is no longer `live` (its lease lapsed: `lapsed`, counted as usage).
       const rows = await eventually(
         () => db('usage_events').where({ key_id: keyId, plane: 'realtime', ref_id: killedId }),
-        (r) => r.length > 0,
-        LEASE_TTL_MS + 2000,
+        (r) => r.length > 0 && (r[0].status ?? 'final') !== 'live',
+        LEASE_TTL_MS + 3000,
       );
       expect(rows, 'usage row of the killed session').to.have.length(1);
+      expect(rows[0].status ?? 'final').not.to.equal('live');
       expect(rows[0].audio_seconds).to.be.above(0);
     } finally {
       await db.destroy();
