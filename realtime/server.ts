@@ -161,9 +161,11 @@ export async function startRealtime(
   });
 
   // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
+  // Upgrades between this check and their session's start count as sessions.
+  let admitting = 0;
   const atCapacity = () => {
     const { maxSessions, maxQueuedUtterances } = rt.overload;
-    if (maxSessions > 0 && sessions.size >= maxSessions) return true;
+    if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
     if (maxQueuedUtterances <= 0) return false;
     let queued = 0;
     for (const s of sessions) queued += s.inFlight.utterances;
@@ -219,6 +221,7 @@ export async function startRealtime(
       const cred = realtimeCredential(authorization, query);
       if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
 
+      admitting++;
       void (async () => {
         let auth: AuthResult;
         try {
@@ -255,10 +258,12 @@ export async function startRealtime(
         };
         metrics.upgrades.inc({ outcome: 'accepted' });
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
-      })().catch((err) => {
-        log.error({ err }, 'realtime upgrade failed');
-        refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
-      });
+      })()
+        .catch((err) => {
+          log.error({ err }, 'realtime upgrade failed');
+          refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
+        })
+        .finally(() => admitting--);
     },
 
     open: (ws: WebSocket<UserData>) => {

@@ -28,6 +28,7 @@ import {
   type Client,
 } from '../realtime/helpers.js';
 import { startFileServer, type FileServer } from '../batch/helpers.js';
+import { runK6Script } from '../load/k6/node-runner.js';
 import {
   ADMIN_TOKEN,
   buildDist,
@@ -184,6 +185,24 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
         await s.closed;
       }
     }
+  });
+
+  it('the k6 realtime script through the load balancer (Node runner): no failed utterances, no 1013 closes', async () => {
+    const { key } = await issue('pro', 'tenant-k6');
+    const result = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
+      URL: c.wsUrl,
+      KEY: key,
+      VUS: '2',
+      DURATION_S: '8',
+    });
+    expect(result.metrics.rt_connect_ms.count).to.be.at.least(2);
+    expect(result.metrics.rt_utterances.count).to.be.at.least(2);
+    expect(result.metrics.rt_failed_utterances?.count ?? 0).to.equal(0);
+    expect(result.metrics.rt_close_1013?.count ?? 0).to.equal(0);
+    expect(result.metrics.rt_refused_connects?.count ?? 0).to.equal(0);
+    const byMetric = Object.fromEntries(result.thresholds.map((t) => [t.metric, t]));
+    for (const m of ['rt_connect_ms', 'rt_failed_utterances', 'rt_close_1013'])
+      expect(byMetric[m].ok, m).to.equal(true);
   });
 
   it('plan limits are exact across instances (free: 12 requests a minute, 1 connection)', async () => {

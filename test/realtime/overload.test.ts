@@ -6,7 +6,9 @@
  * handshake refused for want of a slot spends no handshake point.
  * Real server, real PocketSphinx (one decoder thread).
  */
+import path from 'node:path';
 import { expect } from 'chai';
+import { runK6Script } from '../load/k6/node-runner.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { BuiltinEngine } from '../../shared/stt/builtin.js';
@@ -16,6 +18,7 @@ import {
   createRealtimeContext,
   readPcm,
   refused,
+  repoRoot,
   silence,
   type RealtimeTestContext,
 } from './helpers.js';
@@ -108,6 +111,24 @@ describe('realtime overload admission', function () {
     a.ws.close(1000);
     const closed = await a.closed;
     expect(closed.code).to.equal(1000);
+  });
+
+  it('the k6 script: a refused VU backs off (Retry-After, doubling) and retries; refusals and closes are metrics', async () => {
+    ctx = await createRealtimeContext({ engine, env: { REALTIME_MAX_SESSIONS: '1' } });
+    const { key } = await ctx.issueKey('pro');
+    const result = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
+      URL: ctx.url,
+      KEY: key,
+      VUS: '2',
+      DURATION_S: '6',
+      RETRY_AFTER_S: '1',
+    });
+    // One VU holds the only session for the whole run; the other is refused, backs off (1 s, 2 s, ...) and retries.
+    expect(result.metrics.rt_refused_connects.count).to.be.within(2, 4);
+    expect(result.metrics.rt_connect_ms.count).to.equal(1);
+    expect(result.metrics.rt_close_1013?.count ?? 0).to.equal(0);
+    expect(result.metrics.rt_close_1000.count).to.equal(1);
+    expect(result.metrics.rt_failed_utterances?.count ?? 0).to.equal(0);
   });
 
   it('a handshake refused for want of a slot spends no handshake point (free: 6 a minute)', async () => {

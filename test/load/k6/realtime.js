@@ -71,26 +71,27 @@ export const options = {
   },
 };
 
-// Per VU (k6 runs the init code once per VU): refusals and 1013s in a row, and whether to back off.
-let streak = 0;
-let backOff = false;
-let closedByServer = false;
+// Per VU: refusals and 1013s in a row, whether to back off, and whether the server ended the last
+// connection. Keyed by __VU: k6 runs this module once per VU, the Node runner once for all of them.
+const states = {};
+const vuState = () => (states[__VU] = states[__VU] || { streak: 0, backOff: false, closedByServer: false });
 
 export default function () {
   const left = STREAM_END - Date.now();
   if (left <= 0) return;
-  if (backOff) {
+  const st = vuState();
+  if (st.backOff) {
     // Wait out the back-off (RETRY_AFTER_S, doubling per refusal in a row), then let the next iteration connect.
-    backOff = false;
-    const waitS = Math.min(30, RETRY_AFTER_S * 2 ** Math.max(0, streak - 1));
+    st.backOff = false;
+    const waitS = Math.min(30, RETRY_AFTER_S * 2 ** Math.max(0, st.streak - 1));
     setTimeout(() => {}, Math.min(left, waitS * 1000));
     return;
   }
-  if (closedByServer) reconnects.add(1);
-  connectOnce();
+  if (st.closedByServer) reconnects.add(1);
+  connectOnce(st);
 }
 
-function connectOnce() {
+function connectOnce(st) {
   const t0 = Date.now();
   const ws = new WebSocket(URL, null, { headers: { Authorization: `Bearer ${KEY}` } });
   ws.binaryType = 'arraybuffer';
@@ -110,8 +111,8 @@ function connectOnce() {
   };
   ws.onopen = () => {
     opened = true;
-    closedByServer = false;
-    streak = 0;
+    st.closedByServer = false;
+    st.streak = 0;
     connectTime.add(Date.now() - t0);
     timer = setInterval(() => {
       if (off + FRAME > pcm.byteLength) off = 0;
@@ -150,9 +151,9 @@ function connectOnce() {
     if (!opened) {
       // Refused handshake (503 at capacity, 429 quota): back off before the next iteration.
       refused.add(1);
-      closedByServer = true;
-      streak++;
-      backOff = true;
+      st.closedByServer = true;
+      st.streak++;
+      st.backOff = true;
     }
   };
   ws.onclose = (e) => {
@@ -163,11 +164,11 @@ function connectOnce() {
     (closes[e.code] || otherCloses).add(1);
     if (ours && e.code === 1000) return;
     serverCloses.add(1);
-    closedByServer = true;
+    st.closedByServer = true;
     // 1013 (try again later): back off; going away, duration limits: reconnect at once.
     if (e.code === 1013) {
-      streak++;
-      backOff = true;
+      st.streak++;
+      st.backOff = true;
     }
   };
 }
