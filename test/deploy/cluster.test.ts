@@ -41,6 +41,12 @@ import {
 } from './helpers.js';
 
 const KEYS = '/v1/external-transcription/keys';
+/** test/.tmp (ignored by git): audio served to the cluster, data directories. */
+const tmpRoot = () => {
+  const dir = path.join(repoRoot, 'test/.tmp');
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+};
 const LEASE_TTL_MS = 3000;
 
 describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function () {
@@ -48,7 +54,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
   let d: DeployedCluster;
   let c: Cluster;
   let files: FileServer;
-  const audio = fs.mkdtempSync(path.join(repoRoot, 'test/.tmp-deploy-'));
+  const audio = fs.mkdtempSync(path.join(tmpRoot(), 'deploy-'));
 
   const issue = async (plan: string, owner = 'tenant-deploy') => {
     const res = await request(c.url)
@@ -425,7 +431,7 @@ describe('deployment: 5 API instances starting together on an empty database', f
     const admin = createDb(db.url, { poolMax: 1 });
     await admin.raw('DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE');
     await admin.destroy();
-    const dataDir = fs.mkdtempSync(path.join(repoRoot, 'test/.tmp-first-start-'));
+    const dataDir = fs.mkdtempSync(path.join(tmpRoot(), 'first-start-'));
     const children = await Promise.all(
       Array.from({ length: 5 }, async (_, i) => {
         const port = await freePort();
