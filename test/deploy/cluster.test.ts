@@ -48,6 +48,8 @@ const tmpRoot = () => {
   return dir;
 };
 const LEASE_TTL_MS = 3000;
+/** 3 s of speech: transcribed in time even when the shared machine's cores are busy. */
+const SHORT_CLIP = 'librivox-austen-0880.wav';
 
 describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function () {
   this.timeout(120_000);
@@ -92,13 +94,13 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
 
   before(async function () {
     this.timeout(300_000);
-    // A long clip for the crash test: the test clips one after another, twice.
+    // A long clip for the crash test (50 s): the test clips one after another.
     const clips = fs.readdirSync(AUDIO_DIR).filter((f) => f.endsWith('.wav'));
     execFileSync('sox', [
-      ...[...clips, ...clips].map((f) => path.join(AUDIO_DIR, f)),
+      ...clips.map((f) => path.join(AUDIO_DIR, f)),
       path.join(audio, 'long.wav'),
     ]);
-    fs.copyFileSync(path.join(AUDIO_DIR, 'jfk.wav'), path.join(audio, 'jfk.wav'));
+    fs.copyFileSync(path.join(AUDIO_DIR, SHORT_CLIP), path.join(audio, 'short.wav'));
     files = await startFileServer(audio);
     d = await deployCluster({
       env: {
@@ -153,10 +155,10 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     const res = await request(c.url)
       .post('/v1/audio/transcriptions')
       .set('authorization', `Bearer ${key}`)
-      .attach('file', path.join(AUDIO_DIR, 'jfk.wav'), 'jfk.wav')
+      .attach('file', path.join(AUDIO_DIR, SHORT_CLIP), SHORT_CLIP)
       .field('response_format', 'json');
     expect(res.status, JSON.stringify(res.body)).to.equal(200);
-    expect(res.body.text.toLowerCase()).to.match(/country/);
+    expect(res.body.text.toLowerCase()).to.match(/young|man|disposed/);
   });
 
   it('a realtime session on each instance transcribes speech', async () => {
@@ -164,10 +166,10 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     const a = await session(key);
     const b = await session(key);
     expect([(await stats('realtime1')).sessions, (await stats('realtime2')).sessions]).to.deep.equal([1, 1]);
-    const speech = Buffer.concat([readPcm('jfk.wav'), silence(1500)]);
+    const speech = Buffer.concat([readPcm(SHORT_CLIP), silence(1500)]);
     await Promise.all([a.stream(speech, { pace: 4 }), b.stream(speech, { pace: 4 })]);
     for (const s of [a, b]) {
-      const done = await s.next('conversation.item.input_audio_transcription.completed', 30_000);
+      const done = await s.next('conversation.item.input_audio_transcription.completed', 60_000);
       expect(done.error ?? null).to.equal(null);
       s.ws.close(1000);
       await s.closed;
@@ -241,7 +243,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
         .post('/v1/audio/transcriptions/jobs')
         .set('authorization', `Bearer ${key}`)
         .send({
-          audio_url: `${files.url}/jfk.wav`,
+          audio_url: `${files.url}/short.wav`,
           request_id: requestId,
           webhook_url: `${files.url}/hook`,
         });
