@@ -96,10 +96,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     this.timeout(300_000);
     // A long clip for the crash test (50 s): the test clips one after another.
     const clips = fs.readdirSync(AUDIO_DIR).filter((f) => f.endsWith('.wav'));
-    execFileSync('sox', [
-      ...clips.map((f) => path.join(AUDIO_DIR, f)),
-      path.join(audio, 'long.wav'),
-    ]);
+    execFileSync('sox', [...clips.map((f) => path.join(AUDIO_DIR, f)), path.join(audio, 'long.wav')]);
     fs.copyFileSync(path.join(AUDIO_DIR, SHORT_CLIP), path.join(audio, 'short.wav'));
     files = await startFileServer(audio);
     d = await deployCluster({

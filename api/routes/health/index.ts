@@ -84,7 +84,10 @@ export function register(router: Router, deps: AppDeps): void {
   router.get('/readyz', ready());
   // The load balancer's check of this instance: its own dependencies (database, Redis, engine), not
   // the realtime tier, which has its own check (an API must not leave rotation because realtime did).
-  router.get('/readyz/instance', ready((name) => name !== 'realtime'));
+  router.get(
+    '/readyz/instance',
+    ready((name) => name !== 'realtime'),
+  );
   deps.openapi.add({
     method: 'get',
     path: '/health',
@@ -110,7 +113,8 @@ export function register(router: Router, deps: AppDeps): void {
     method: 'get',
     path: '/readyz/instance',
     operationId: 'readyzInstance',
-    summary: "Readiness of this API instance alone (database, Redis, speech engine): the load balancer's check",
+    summary:
+      "Readiness of this API instance alone (database, Redis, speech engine): the load balancer's check",
     tags: ['health'],
     security: 'none',
     responses: {
