@@ -244,7 +244,9 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       proc.port = spec.port;
       proc.url = `http://127.0.0.1:${spec.port}`;
       processes.set(name, proc);
-      await waitHttpOk(proc.url + READY_PATH[spec.role], 120_000, proc.exited);
+      await waitHttpOk(proc.url + READY_PATH[spec.role], 120_000, proc.exited).catch((err: Error) => {
+        throw new Error(`${name}: ${err.message}\n${proc.lines.slice(-3).join('\n')}`);
+      });
       return proc;
     };
 
@@ -276,7 +278,10 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     const haproxy = spawnProcess('haproxy', 'api', haproxyBinary(), ['-db', '-f', cfgPath], common, opts);
     haproxyChild = haproxy.child;
     const url = `http://127.0.0.1:${port}`;
-    await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited);
+    await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited).catch((err: Error) => {
+      // A taken PORT, for example: HAProxy says why in its last lines.
+      throw new Error(`${err.message}\n${haproxy.lines.slice(-3).join('\n')}`);
+    });
 
     return {
       url,
