@@ -20,7 +20,7 @@ import type { Config } from '../shared/config/index.js';
 import { Authenticator, authFailure, type AuthResult, type Principal } from '../shared/auth/index.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
-import { windowUsage } from '../shared/usage.js';
+import { windowUsage, type UsageLedger } from '../shared/usage.js';
 import { createVadService, type VadService } from '../shared/vad/service.js';
 import {
   enableProcessMetrics,
@@ -45,6 +45,8 @@ export interface RealtimeDeps {
   auth: Authenticator;
   limits: LimitsDriver;
   engine: SpeechEngine;
+  /** The usage ledger (its owner, the composition root, starts and closes it). */
+  ledger: UsageLedger;
 }
 
 export interface RunningRealtime {
@@ -125,9 +127,9 @@ export async function startRealtime(
   const uWS = loadUws({ requireNative: rt.requireNativeUws });
   const breaker = new CircuitBreaker(rt.breaker);
   const quota = new ConnectionQuota(deps.limits, rt, log);
-  const meter = new UsageMeter(deps.db, log);
   const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
+  const meter = new UsageMeter(deps.ledger, () => sessions, deps.config.ledger.checkpointMs);
   let stopping = false;
 
   const timings = new GatewayTimings();
@@ -216,6 +218,12 @@ export async function startRealtime(
       if (atCapacity()) {
         return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
           'retry-after': String(rt.overload.retryAfterSeconds),
+        });
+      }
+      if (!deps.ledger.accepting) {
+        // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
+        return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+          'retry-after': '30',
         });
       }
       const cred = realtimeCredential(authorization, query);

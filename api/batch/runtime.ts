@@ -18,6 +18,7 @@ import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
@@ -33,6 +34,7 @@ export interface BatchRuntimeDeps {
   config: Config;
   logger: Logger;
   db: Knex;
+  ledger: UsageLedger;
   speech?: SpeechEngine;
   /** Overrides for tests and benchmarks. */
   store?: ArtifactStore;
@@ -108,6 +110,7 @@ export class BatchRuntime {
     }
     this.runner = new WorkflowRunner({
       db: this.d.db,
+      ledger: this.d.ledger,
       repo: this.repo,
       store: this.store,
       speech: this.d.speech!,

@@ -20,7 +20,7 @@ import type { BatchConfig } from '../../shared/config/batch.js';
 import { OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { type SpeechEngine, SpeechError } from '../../shared/stt/types.js';
-import { recordUsage, windowUsage } from '../../shared/usage.js';
+import { windowUsage, type UsageLedger } from '../../shared/usage.js';
 import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
 import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
 import * as metrics from './metrics.js';
@@ -45,6 +45,7 @@ export interface RunnerHooks {
 
 export interface RunnerDeps {
   db: Knex;
+  ledger: UsageLedger;
   repo: WorkflowRepo;
   store: ArtifactStore;
   speech: SpeechEngine;
@@ -378,12 +379,12 @@ export class WorkflowRunner {
     // Billed: the audio this workflow had transcribed (any of its runs); chunks reused from an
     // earlier workflow's checkpoints cost no engine time and are not billed again.
     const billed = ordered.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
-    await recordUsage(this.d.db, {
+    await this.d.ledger.record({
       keyId: row.key_id,
       plane: 'batch',
       audioSeconds: round3(billed),
       refId: row.id,
-    }).catch((err) => log.warn({ err }, 'usage not recorded'));
+    });
     await repo.saveOutput(row.id, { review: reviewOut, report, result });
   }
 

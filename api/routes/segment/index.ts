@@ -36,7 +36,7 @@ import {
   SpeechError,
   type SpeechEngine,
 } from '../../../shared/stt/index.js';
-import { recordUsage, windowUsage } from '../../../shared/usage.js';
+import { windowUsage } from '../../../shared/usage.js';
 import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses } from '../jobs/index.js';
 
@@ -85,6 +85,13 @@ export function segmentHandler(deps: AppDeps): Middleware {
         'invalid_content_type',
         'The request body must be multipart/form-data with a "file" field.',
       );
+    }
+    if (!deps.ledger.accepting) {
+      // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
+      throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+        retryable: true,
+        headers: { 'Retry-After': '30' },
+      });
     }
     const principal = ctx.state.principal as Principal;
     const engine = speechEngineOf(deps);
@@ -180,7 +187,7 @@ export function segmentHandler(deps: AppDeps): Middleware {
     // Every transcribed clip is billed, silent or empty ones included. The
     // reference is generated here: a client-chosen X-Request-Id must not
     // collide with (and so cancel) another bill.
-    await recordUsage(deps.db, {
+    await deps.ledger.record({
       keyId: principal.keyId,
       plane: 'segment',
       audioSeconds: seconds,
@@ -272,7 +279,7 @@ export function register(router: Router, deps: AppDeps): void {
       },
       '502': { description: '`transcription_failed`: all worker attempts failed', schema: apiErrorSchema },
       '503': {
-        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`',
+        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`, `usage_unavailable`',
         schema: apiErrorSchema,
       },
     },
