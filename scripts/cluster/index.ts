@@ -153,6 +153,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   const started: (() => Promise<void>)[] = [];
   const processes = new Map<string, ClusterProcess>();
   let haproxyChild: ChildProcess | undefined;
+  let haproxyLines: string[] | undefined;
   // Outside in: the load balancer, then the instances (they drain), then the engines they call, then S3.
   const stopAll = async () => {
     if (haproxyChild) await stopProcess(haproxyChild, 5000);
@@ -211,6 +212,8 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       ...s3Env,
       // The one-shot migration below has run: instances do not migrate.
       MIGRATE_ON_START: 'false',
+      // On SIGTERM an API first fails its load-balancer check, then stops (fall 2 x 500 ms < 2 s).
+      SHUTDOWN_DRAIN_DELAY_MS: '2000',
       ...opts.env,
     };
 
@@ -247,6 +250,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       await waitHttpOk(proc.url + READY_PATH[spec.role], 120_000, proc.exited).catch((err: Error) => {
         throw new Error(`${name}: ${err.message}\n${proc.lines.slice(-3).join('\n')}`);
       });
+      if (haproxyLines) await backInRotation(name, haproxyLines);
       return proc;
     };
 
@@ -277,6 +281,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     fs.writeFileSync(cfgPath, rendered);
     const haproxy = spawnProcess('haproxy', 'api', haproxyBinary(), ['-db', '-f', cfgPath], common, opts);
     haproxyChild = haproxy.child;
+    haproxyLines = haproxy.lines;
     const url = `http://127.0.0.1:${port}`;
     await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited).catch((err: Error) => {
       // A taken PORT, for example: HAProxy says why in its last lines.
@@ -297,6 +302,22 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   } catch (err) {
     await stopAll();
     throw err;
+  }
+}
+
+/**
+ * A restarted instance is back when HAProxy's checks have brought it UP again
+ * (`rise`); HAProxy prints each server's state changes
+ * (`Server api/api1 is DOWN`, `... is UP`).
+ */
+async function backInRotation(name: string, haproxyLines: string[], timeoutMs = 30_000): Promise<void> {
+  const state = new RegExp(`Server \\S+/${name} is (UP|DOWN)`);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const last = [...haproxyLines].reverse().find((l) => state.test(l));
+    if (!last || state.exec(last)![1] === 'UP') return;
+    if (Date.now() > deadline) throw new Error(`${name} is ready but HAProxy still has it DOWN`);
+    await new Promise((r) => setTimeout(r, 100));
   }
 }
 
