@@ -337,7 +337,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     await c.start(onKilled);
   });
 
-  it('SIGKILL of a realtime instance: the killed sessions are billed within one lease TTL (needs the usage ledger)', async () => {
+  it('SIGKILL of a realtime instance: the killed sessions are billed within one lease TTL (usage ledger)', async () => {
     const { key, id: keyId } = await issue('pro', 'tenant-rtbill');
     const a = await session(key);
     const b = await session(key);
