@@ -20,7 +20,7 @@ import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shar
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
-import { PollReader } from './poll.js';
+import { PollReader, type PollResponse } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -51,6 +51,7 @@ export interface JobAccepted {
 
 export class BatchRuntime {
   readonly repo: WorkflowRepo;
+  private readonly polls: PollReader;
   readonly store: ArtifactStore;
   readonly outbound: OutboundClient;
   private boss: PgBoss | undefined;
@@ -58,11 +59,11 @@ export class BatchRuntime {
   private sweeper: NodeJS.Timeout | undefined;
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
-  private polls: PollReader | undefined;
   private readonly log: Logger;
 
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
+    this.polls = new PollReader((ids, owners) => this.repo.pollViews(ids, owners));
     this.store = d.store ?? createArtifactStore(d.config.batch.storage);
     this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
     this.log = d.logger.child({ component: 'batch' });
@@ -172,7 +173,6 @@ export class BatchRuntime {
       await boss
         .stop({ graceful: true, timeout: 5000, wait: true })
         .catch((err) => this.log.warn({ err }, 'pg-boss stop'));
-    await this.polls?.close();
     await this.store.close();
   }
 
@@ -250,14 +250,15 @@ export class BatchRuntime {
       language: normalizeLanguage(body.language),
       model: body.model,
       prompt: body.prompt,
-      segment_seconds: Math.max(body.segment_seconds ?? 300, this.d.config.batch.minSegmentSeconds),
-      response_format: body.response_format ?? 'verbose_json',
+      // Defaults come from the schema (ajv fills them in); the config bounds them.
+      segment_seconds: Math.max(body.segment_seconds, this.d.config.batch.minSegmentSeconds),
+      response_format: body.response_format,
       concurrency: Math.max(
         1,
-        Math.min(Math.floor(body.concurrency ?? 6) || 1, this.d.config.batch.maxConcurrency),
+        Math.min(Math.floor(body.concurrency) || 1, this.d.config.batch.maxConcurrency),
       ),
       webhook_url: body.webhook_url,
-      review: body.review ?? false,
+      review: body.review,
       metadata: body.metadata,
       max_audio_seconds: principal.limits.maxAudioSecondsPerRequest,
       max_window_seconds: principal.limits.maxAudioSecondsPerWindow,
@@ -282,15 +283,9 @@ export class BatchRuntime {
     };
   }
 
-  /**
-   * The poll response (interface 2.3) of the tenant's workflow as JSON text,
-   * ready-made in Postgres; undefined for unknown ids and other tenants' workflows.
-   */
-  async pollBody(ownerId: string, workflowId: string): Promise<string | undefined> {
-    const cfg = this.d.config;
-    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
-    this.polls ??= new PollReader(cfg.databaseUrl, cfg.batch.pollConnections, this.log);
-    return this.polls.body(workflowId, ownerId);
+  /** The poll response (interface 2.3) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
+  async poll(ownerId: string, workflowId: string): Promise<PollResponse | undefined> {
+    return this.polls.poll(workflowId, ownerId);
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */

@@ -100,8 +100,6 @@ export interface BatchConfig {
    */
   engineTimeoutBaseMs: number;
   engineTimeoutPerAudioSecondMs: number;
-  /** Pipelined Postgres connections of one API process that serve polls. */
-  pollConnections: number;
   /** Audio download caps. */
   maxAudioBytes: number;
   fetchTimeoutMs: number;
@@ -144,7 +142,6 @@ export function batchConfig(env: Env): BatchConfig {
     chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
     engineTimeoutBaseMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS', 30_000, 1),
     engineTimeoutPerAudioSecondMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
-    pollConnections: int(env, 'BATCH_POLL_CONNECTIONS', 2, 1),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
     decodeTimeoutMs: int(env, 'BATCH_DECODE_TIMEOUT_MS', 10 * 60_000, 100),

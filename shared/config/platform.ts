@@ -54,6 +54,8 @@ export interface PlatformConfig {
   metrics: { enabled: boolean; token: string | undefined };
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
   embedded: { pgPort: number };
+  /** The browser playground at `/` (PLAYGROUND_ENABLED). */
+  playgroundEnabled: boolean;
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -93,6 +95,7 @@ export function platformConfig(env: Env): PlatformConfig {
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
     metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
     embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
+    playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
   };
 }
 
