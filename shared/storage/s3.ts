@@ -57,7 +57,12 @@ export class S3ArtifactStore implements ArtifactStore {
       await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }));
     } catch (err) {
       if (!isNotFound(err)) throw err;
-      await this.client.send(new CreateBucketCommand({ Bucket: this.bucket }));
+      try {
+        await this.client.send(new CreateBucketCommand({ Bucket: this.bucket }));
+      } catch (createErr) {
+        // Instances starting together race to create it: another one winning is success.
+        if (!bucketExists(createErr)) throw createErr;
+      }
     }
   }
 
@@ -114,4 +119,9 @@ export class S3ArtifactStore implements ArtifactStore {
   async close(): Promise<void> {
     this.client.destroy();
   }
+}
+
+function bucketExists(err: unknown): boolean {
+  const name = (err as { name?: string } | null)?.name;
+  return name === 'BucketAlreadyExists' || name === 'BucketAlreadyOwnedByYou';
 }

@@ -121,6 +121,25 @@ contract('S3 (s3rver)', async () => {
   return { store, cleanup: () => s3.close() };
 });
 
+describe('storage: instances starting together on an S3 store', () => {
+  it('all initialise when they race to create the bucket (BucketAlreadyExists is success)', async () => {
+    const s3 = await startS3();
+    try {
+      const bucket = `race-${Date.now().toString(36)}`;
+      const stores = Array.from(
+        { length: 5 },
+        () => new S3ArtifactStore({ ...s3Config, bucket, endpoint: s3.endpoint }),
+      );
+      const results = await Promise.allSettled(stores.map((s) => s.init()));
+      expect(results.map((r) => r.status)).to.deep.equal(Array(5).fill('fulfilled'));
+      await stores[0].putJson('k.json', { ok: true });
+      expect(await stores[4].getJson('k.json')).to.deep.equal({ ok: true });
+    } finally {
+      await s3.close();
+    }
+  });
+});
+
 describe('storage: an S3 endpoint that never answers', () => {
   it('fails the request after S3_REQUEST_TIMEOUT_MS instead of hanging the workflow', async () => {
     // Accepts connections, reads the request, never answers.
