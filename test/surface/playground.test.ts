@@ -3,7 +3,7 @@
  * playwright-core against the whole service (npm start's code path). A test
  * clip is spoken into Chromium's fake microphone, dropped on the page, and
  * fetched by a batch job; each must produce its words on the page. Keeps a
- * screenshot of each in docs/ (docs/playground-*.png).
+ * screenshot of each in docs/ (docs/playground-*.png; `UPDATE_SCREENSHOTS=1` refreshes them, otherwise they go to test/.tmp).
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -56,8 +56,11 @@ async function waitOn(page: Page, selector: string, explain: string, timeout = 1
   }
 }
 
+/** Screenshots go to test/.tmp; `UPDATE_SCREENSHOTS=1 npm test` refreshes the ones kept in docs/. */
 function screenshot(page: Page, name: string) {
-  return page.screenshot({ path: path.join(REPO_ROOT, 'docs', `playground-${name}.png`), fullPage: true });
+  const dir = process.env.UPDATE_SCREENSHOTS === '1' ? 'docs' : 'test/.tmp';
+  fs.mkdirSync(path.join(REPO_ROOT, dir), { recursive: true });
+  return page.screenshot({ path: path.join(REPO_ROOT, dir, `playground-${name}.png`), fullPage: true });
 }
 
 /** Share of the reference's distinct words that appear in `text`. */
