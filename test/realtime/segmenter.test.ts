@@ -64,7 +64,7 @@ describe('realtime VAD segmenter policy', () => {
     // 3 prefix windows + 10 speech + 3 trailing pad.
     expect(stop.pcm.length).to.equal(16 * WINDOW_BYTES);
     expect(stop.speechMs).to.equal(320);
-    expect(evs[0].audioStartMs).to.equal(6 * 32);
+    expect(evs[0]).to.include({ type: 'start', audioStartMs: 6 * 32 });
   });
 
   it('ignores speech shorter than the minimum (clicks)', () => {
@@ -98,7 +98,7 @@ describe('realtime VAD segmenter policy', () => {
     expect(types).to.deep.equal(['start', 'stop:max_duration', 'start', 'stop:end_of_speech']);
     const [first, second] = stops(evs);
     expect(first.pcm.length).to.equal(34 * WINDOW_BYTES);
-    expect(evs[2].audioStartMs).to.equal(first.audioEndMs);
+    expect(evs[2]).to.include({ type: 'start', audioStartMs: first.audioEndMs });
     expect(second.audioStartMs).to.equal(first.audioEndMs);
   });
 
