@@ -26,7 +26,11 @@ interface Lane {
   worker: Worker;
   ready: boolean;
   exited: boolean;
-  /** Decoders this thread may hold, and those in use by open utterances. */
+  /**
+   * Decoders this thread may hold, and those in use: one per session with an
+   * utterance open or finishing. A session's next utterance reuses its decoder
+   * (the thread ends one utterance before it begins the next).
+   */
   slots: number;
   busy: number;
   streams: number;
@@ -125,14 +129,15 @@ export class StreamingPool {
   open(): SpeechStream {
     const lane = this.lanes.reduce((a, b) => (b.streams < a.streams ? b : a));
     lane.streams++;
-    const stream = this.nextStream++;
+    const stream = { id: this.nextStream++, active: 0 };
     let closed = false;
     return {
       begin: (opts) => {
         const language = normalizeLanguage(opts.language);
         if (closed || this.closed || (language && language !== 'en')) return null;
+        // Messages wait in the thread's queue while its decoder loads; a thread that died is being replaced.
         const home = this.lanes[lane.index];
-        if (!home.ready || home.busy >= home.slots) {
+        if (home.exited || (stream.active === 0 && home.busy >= home.slots)) {
           this.fallbacks++;
           return null;
         }
@@ -143,7 +148,7 @@ export class StreamingPool {
         closed = true;
         const home = this.lanes[lane.index];
         home.streams--;
-        this.post(home, { type: 'forget', stream });
+        this.post(home, { type: 'forget', stream: stream.id });
       },
     };
   }
@@ -152,17 +157,17 @@ export class StreamingPool {
     if (!lane.exited) lane.worker.postMessage(m, transfer);
   }
 
-  private begin(lane: Lane, stream: number): StreamingUtterance {
+  private begin(lane: Lane, stream: { id: number; active: number }): StreamingUtterance {
     const utt = this.nextUtt++;
-    lane.busy++;
+    if (stream.active++ === 0) lane.busy++;
     let bytes = 0;
     let state: 'open' | 'finishing' | 'done' = 'open';
     const done = () => {
       if (state === 'done') return;
       state = 'done';
-      lane.busy--;
+      if (--stream.active === 0) lane.busy--;
     };
-    this.post(lane, { type: 'begin', utt, stream });
+    this.post(lane, { type: 'begin', utt, stream: stream.id });
     return {
       push: (pcm) => {
         if (state !== 'open' || pcm.length < 2) return;

@@ -106,7 +106,7 @@ function bind(opts: DecoderOptions): Binding {
     fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
     fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
     fe_free: sb.func('int fe_free(void *fe)'),
-    ps_process_cep: ps.func('int ps_process_cep(void *ps, float **data, int nframes, int no_search, int full_utt)'),
+    ps_process_cep: ps.func('int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)'),
     // mfcc_t is float in Debian's (floating-point) build; the block is ckd_calloc_2d's: row pointers, then the rows.
     fe_process_utt: sb.func(
       'int fe_process_utt(void *fe, const int16_t *spch, size_t nsamps, _Out_ void **cep_block, _Out_ int *nframes)',
@@ -150,6 +150,8 @@ export class Decoder {
   private readonly sessionCmn: CmnSettings | undefined;
   /** The running estimate of the utterance being fed (streaming decoders). */
   private normaliser: CmnNormaliser | undefined;
+  /** Native scratch rows for ps_process_cep (an `mfcc_t **` of SEARCH_FRAMES rows). */
+  private rows: { data: unknown; pointers: unknown } | undefined;
   /** The streaming decoder's own front end (the decoder's flushes its leftovers, unnormalised, at ps_end_utt). */
   private fe: unknown;
 
@@ -171,6 +173,12 @@ export class Decoder {
     if (this.sessionCmn) {
       this.fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
       if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
+      const data = koffi.alloc('float', SEARCH_FRAMES * CEPSTRUM_LENGTH);
+      const pointers = koffi.alloc('void *', SEARCH_FRAMES);
+      const base = BigInt(koffi.address(data));
+      for (let i = 0; i < SEARCH_FRAMES; i++)
+        koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
+      this.rows = { data, pointers };
     }
   }
 
@@ -238,11 +246,12 @@ export class Decoder {
   /** Normalised cepstra to the search, a few frames per call (larger calls trip an assertion in 0.8's search). */
   private search(blocks: Float32Array[]): void {
     const L = CEPSTRUM_LENGTH;
+    const rows = this.rows!;
     for (const f of blocks) {
       for (let off = 0; off < f.length; off += L * SEARCH_FRAMES) {
-        const rows: Float32Array[] = [];
-        for (let r = off; r < Math.min(f.length, off + L * SEARCH_FRAMES); r += L) rows.push(f.subarray(r, r + L));
-        if ((this.b.ps_process_cep(this.ps, rows, rows.length, 0, 0) as number) < 0)
+        const group = f.subarray(off, Math.min(f.length, off + L * SEARCH_FRAMES));
+        koffi.encode(rows.data, 'float', Array.from(group), group.length);
+        if ((this.b.ps_process_cep(this.ps, rows.pointers, group.length / L, 0, 0) as number) < 0)
           throw new Error('pocketsphinx: ps_process_cep failed');
       }
     }
@@ -289,6 +298,11 @@ export class Decoder {
     if (this.fe) {
       this.b.fe_free(this.fe);
       this.fe = undefined;
+    }
+    if (this.rows) {
+      koffi.free(this.rows.data);
+      koffi.free(this.rows.pointers);
+      this.rows = undefined;
     }
     if (this.ps) {
       this.b.ps_free(this.ps);

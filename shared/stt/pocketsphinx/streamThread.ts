@@ -34,8 +34,9 @@ const opts = workerData as StreamThreadData;
 const started = performance.now();
 const idle: Decoder[] = [];
 for (let i = 0; i < opts.warm; i++) idle.push(new Decoder(opts));
-/** Open utterances; a failed one stays (without decoder) until its end or cancel. */
-const open = new Map<number, Decoder | undefined>();
+/** Open utterances, and why those that failed did (reported at their end). */
+const open = new Map<number, Decoder>();
+const failed = new Map<number, string>();
 const estimates = new Map<number, CmnEstimate>();
 port.postMessage({ type: 'ready', initMs: Math.round(performance.now() - started) } satisfies FromStreamThread);
 
@@ -52,10 +53,9 @@ function release(utt: number): void {
 }
 
 function fail(utt: number, err: unknown): void {
-  const dec = open.get(utt);
-  dec?.close();
-  open.set(utt, undefined);
-  port.postMessage({ type: 'failed', utt, message: (err as Error).message } satisfies FromStreamThread);
+  open.get(utt)?.close();
+  open.delete(utt);
+  failed.set(utt, (err as Error).message);
 }
 
 port.on('message', (m: ToStreamThread) => {
@@ -84,9 +84,13 @@ port.on('message', (m: ToStreamThread) => {
     }
     case 'end': {
       const dec = open.get(m.utt);
-      if (!open.has(m.utt)) return;
       open.delete(m.utt);
-      if (!dec) return;
+      const why = failed.get(m.utt);
+      failed.delete(m.utt);
+      if (why !== undefined || !dec) {
+        port.postMessage({ type: 'failed', utt: m.utt, message: why ?? 'unknown utterance' } satisfies FromStreamThread);
+        return;
+      }
       const t0 = performance.now();
       try {
         const words = dec.end();
@@ -99,6 +103,7 @@ port.on('message', (m: ToStreamThread) => {
       return;
     }
     case 'cancel':
+      failed.delete(m.utt);
       return release(m.utt);
     case 'forget':
       estimates.delete(m.stream);
