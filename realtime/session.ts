@@ -13,7 +13,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
-import type { SpeechEngine, SpeechStream, StreamingUtterance, TranscribeResult } from '../shared/stt/types.js';
+import type {
+  SpeechEngine,
+  SpeechStream,
+  StreamingUtterance,
+  TranscribeResult,
+} from '../shared/stt/types.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { SegmenterEvent } from '../shared/vad/segmenter.js';
 import type { VadEvent, VadService, VadStream } from '../shared/vad/service.js';

@@ -183,7 +183,8 @@ export class StreamingPool {
         this.post(lane, { type: 'cancel', utt });
       },
       finish: async (signal) => {
-        if (state !== 'open') throw new SpeechError('The utterance was already finished.', 'transcription_failed');
+        if (state !== 'open')
+          throw new SpeechError('The utterance was already finished.', 'transcription_failed');
         state = 'finishing';
         const seconds = bytes / 2 / SAMPLE_RATE;
         const limitMs = this.cfg.timeoutBaseMs + this.cfg.timeoutPerAudioSecondMs * seconds;
@@ -209,7 +210,10 @@ export class StreamingPool {
               reject: stop,
             });
             signal?.addEventListener('abort', onAbort, { once: true });
-            if (lane.exited) return stop(new SpeechError('The speech decoder stopped unexpectedly.', 'transcription_failed'));
+            if (lane.exited)
+              return stop(
+                new SpeechError('The speech decoder stopped unexpectedly.', 'transcription_failed'),
+              );
             if (signal?.aborted) return onAbort();
             this.post(lane, { type: 'end', utt });
           });

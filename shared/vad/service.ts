@@ -49,7 +49,11 @@ export interface VadStreamOptions {
 }
 
 export interface VadService {
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void, opts?: VadStreamOptions): VadStream;
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts?: VadStreamOptions,
+  ): VadStream;
   stats(): VadStats;
   close(): Promise<void>;
   /** Registers a listener for a fatal failure (a crashed VAD thread). */
@@ -78,7 +82,11 @@ export class InlineVad implements VadService {
     private readonly opts: SegmenterOptions,
   ) {}
 
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void, opts: VadStreamOptions = {}): VadStream {
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts: VadStreamOptions = {},
+  ): VadStream {
     const seg = new Segmenter(settings, this.pool, { ...this.opts, streamAudio: opts.streamAudio });
     this.streams++;
     let closed = false;
@@ -275,7 +283,11 @@ export class ThreadedVad implements VadService {
     }
   }
 
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void, opts: VadStreamOptions = {}): VadStream {
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts: VadStreamOptions = {},
+  ): VadStream {
     const id = this.nextId++;
     const lane = this.lanes.reduce((a, b) => (b.streams < a.streams ? b : a));
     lane.streams++;

@@ -10,7 +10,15 @@ import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { BuiltinEngine } from '../../shared/stt/builtin.js';
 import { wer } from '../speech/helpers.js';
-import { createRealtimeContext, connect, bearer, readPcm, refs, silence, type RealtimeTestContext } from './helpers.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  readPcm,
+  refs,
+  silence,
+  type RealtimeTestContext,
+} from './helpers.js';
 
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const STOPPED = 'input_audio_buffer.speech_stopped';
@@ -57,7 +65,12 @@ describe('realtime streaming decoding (built-in engine)', function () {
     await cl.closed;
     const done = cl.of(COMPLETED);
     // Exactly one final per utterance, no partial text, no errors.
-    expect(done.map((e) => e.utterance_index).sort()).to.deep.equal(cl.of(STOPPED).map((e) => e.utterance_index).sort());
+    expect(done.map((e) => e.utterance_index).sort()).to.deep.equal(
+      cl
+        .of(STOPPED)
+        .map((e) => e.utterance_index)
+        .sort(),
+    );
     for (const e of done) expect(e.error, JSON.stringify(e)).to.equal(undefined);
     return done.sort((a, b) => a.utterance_index - b.utterance_index).map((e) => e.text as string);
   }

@@ -22,7 +22,9 @@
 export const CEPSTRUM_LENGTH = 13;
 
 /** The en-us model's `-cmninit` (feat.params): used only when an utterance ends before the bootstrap. */
-export const EN_US_CMN_PRIOR = [41.0, -5.29, -0.12, 5.09, 2.48, -4.07, -1.37, -1.78, -5.08, -2.05, -6.45, -1.42, 1.17];
+export const EN_US_CMN_PRIOR = [
+  41.0, -5.29, -0.12, 5.09, 2.48, -4.07, -1.37, -1.78, -5.08, -2.05, -6.45, -1.42, 1.17,
+];
 
 export interface CmnSettings {
   /** Frames (10 ms) of the session's own audio that set the first estimate. */
@@ -95,7 +97,8 @@ export class CmnNormaliser {
     const out = this.held;
     this.held = [];
     const L = CEPSTRUM_LENGTH;
-    for (const f of out) for (let off = 0; off + L <= f.length; off += L) for (let j = 0; j < L; j++) f[off + j] -= mean[j];
+    for (const f of out)
+      for (let off = 0; off + L <= f.length; off += L) for (let j = 0; j < L; j++) f[off + j] -= mean[j];
     return out;
   }
 

@@ -106,7 +106,9 @@ function bind(opts: DecoderOptions): Binding {
     fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
     fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
     fe_free: sb.func('int fe_free(void *fe)'),
-    ps_process_cep: ps.func('int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)'),
+    ps_process_cep: ps.func(
+      'int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)',
+    ),
     // mfcc_t is float in Debian's (floating-point) build; the block is ckd_calloc_2d's: row pointers, then the rows.
     fe_process_utt: sb.func(
       'int fe_process_utt(void *fe, const int16_t *spch, size_t nsamps, _Out_ void **cep_block, _Out_ int *nframes)',
@@ -210,7 +212,7 @@ export class Decoder {
    */
   begin(cmn?: CmnEstimate): void {
     if (!this.ps) throw new Error('decoder closed');
-    if (this.sessionCmn && !cmn) throw new Error('a streaming decoder needs the session\'s CMN estimate');
+    if (this.sessionCmn && !cmn) throw new Error("a streaming decoder needs the session's CMN estimate");
     this.normaliser = cmn && new CmnNormaliser(cmn, this.sessionCmn);
     if (this.fe) this.b.fe_start_utt(this.fe);
     // A new stream per utterance: frame numbers (word times) restart at 0.

@@ -38,7 +38,10 @@ for (let i = 0; i < opts.warm; i++) idle.push(new Decoder(opts));
 const open = new Map<number, Decoder>();
 const failed = new Map<number, string>();
 const estimates = new Map<number, CmnEstimate>();
-port.postMessage({ type: 'ready', initMs: Math.round(performance.now() - started) } satisfies FromStreamThread);
+port.postMessage({
+  type: 'ready',
+  initMs: Math.round(performance.now() - started),
+} satisfies FromStreamThread);
 
 function release(utt: number): void {
   const dec = open.get(utt);
@@ -88,17 +91,30 @@ port.on('message', (m: ToStreamThread) => {
       const why = failed.get(m.utt);
       failed.delete(m.utt);
       if (why !== undefined || !dec) {
-        port.postMessage({ type: 'failed', utt: m.utt, message: why ?? 'unknown utterance' } satisfies FromStreamThread);
+        port.postMessage({
+          type: 'failed',
+          utt: m.utt,
+          message: why ?? 'unknown utterance',
+        } satisfies FromStreamThread);
         return;
       }
       const t0 = performance.now();
       try {
         const words = dec.end();
         idle.push(dec);
-        port.postMessage({ type: 'result', utt: m.utt, words, decodeMs: performance.now() - t0 } satisfies FromStreamThread);
+        port.postMessage({
+          type: 'result',
+          utt: m.utt,
+          words,
+          decodeMs: performance.now() - t0,
+        } satisfies FromStreamThread);
       } catch (err) {
         dec.close();
-        port.postMessage({ type: 'failed', utt: m.utt, message: (err as Error).message } satisfies FromStreamThread);
+        port.postMessage({
+          type: 'failed',
+          utt: m.utt,
+          message: (err as Error).message,
+        } satisfies FromStreamThread);
       }
       return;
     }

@@ -69,7 +69,8 @@ function realtimeCuts(stream: Buffer): [number, number][] {
   const evs = [...seg.push(stream), ...seg.flush()];
   seg.close();
   const out: [number, number][] = [];
-  for (const e of evs) if (e.type === 'stop') out.push([e.audioStartMs * 32, e.audioStartMs * 32 + e.pcm.length]);
+  for (const e of evs)
+    if (e.type === 'stop') out.push([e.audioStartMs * 32, e.audioStartMs * 32 + e.pcm.length]);
   return out;
 }
 
@@ -106,7 +107,10 @@ const hypotheses: [string, (x: Input) => string][] = [
   ['whole clip, batch CMN (segment endpoint)', (x) => withDecoder(opts, (d) => text(d.decode(i16(x.pcm))))],
   [
     'realtime cuts, batch CMN per utterance (before)',
-    (x) => withDecoder(opts, (d) => x.cuts.map(([a, e]) => text(d.decode(i16(x.stream.subarray(a, e))))).join(' ')),
+    (x) =>
+      withDecoder(opts, (d) =>
+        x.cuts.map(([a, e]) => text(d.decode(i16(x.stream.subarray(a, e))))).join(' '),
+      ),
   ],
   [
     'realtime cuts +300 ms each side, batch CMN',
@@ -119,7 +123,8 @@ const hypotheses: [string, (x: Input) => string][] = [
   ],
   [
     'batch cuts, batch CMN per utterance (before)',
-    (x) => withDecoder(opts, (d) => x.batch.map(([a, e]) => text(d.decode(i16(x.pcm.subarray(a, e))))).join(' ')),
+    (x) =>
+      withDecoder(opts, (d) => x.batch.map(([a, e]) => text(d.decode(i16(x.pcm.subarray(a, e))))).join(' ')),
   ],
   ['whole clip, PocketSphinx live CMN (streamed)', (x) => withDecoder(opts, (d) => streamed(d, x.pcm))],
   [
@@ -172,14 +177,19 @@ const total = nWords.reduce((a, x) => a + x, 0);
 const werOf = (r: { texts: string[] }) => r.texts.map((t, i) => wer(clips[i].reference, t));
 const base = werOf(rows[0]);
 console.log(cutsInfo.join('\n'));
-console.log(`\n| hypothesis | WER (word-weighted) | worst clip vs whole | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`);
+console.log(
+  `\n| hypothesis | WER (word-weighted) | worst clip vs whole | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`,
+);
 console.log(`|---|---|---|${clips.map(() => '---').join('|')}|`);
 for (const r of rows) {
   const w = werOf(r);
   const weighted = w.reduce((a, x, i) => a + x * nWords[i], 0) / total;
   const worst = Math.max(...w.map((x, i) => x - base[i]));
-  console.log(`| ${r.name} | ${fmt(weighted * 100)}% | ${worst >= 0 ? '+' : ''}${fmt(worst * 100)} | ${w.map((x) => fmt(x * 100)).join(' | ')} |`);
+  console.log(
+    `| ${r.name} | ${fmt(weighted * 100)}% | ${worst >= 0 ? '+' : ''}${fmt(worst * 100)} | ${w.map((x) => fmt(x * 100)).join(' | ')} |`,
+  );
 }
 if (process.argv.includes('--texts'))
-  for (const r of rows) console.log(`\n${r.name}\n${r.texts.map((t, i) => `  ${clips[i].file}: ${t}`).join('\n')}`);
+  for (const r of rows)
+    console.log(`\n${r.name}\n${r.texts.map((t, i) => `  ${clips[i].file}: ${t}`).join('\n')}`);
 process.exit(0);

@@ -16,7 +16,13 @@ import { BuiltinEngine } from '../../../shared/stt/builtin.js';
 import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../api/batch/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { startSpeechApp } from '../../speech/app.js';
-import { createRealtimeContext, connect, bearer, silence, type RealtimeTestContext } from '../../realtime/helpers.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  silence,
+  type RealtimeTestContext,
+} from '../../realtime/helpers.js';
 import { fmt, percentile, postClip } from './common.js';
 
 const arg = (name: string, dflt: number) =>
@@ -33,7 +39,10 @@ const app = await startSpeechApp({ STT_THREADS: '1' });
 const { key: apiKey } = await app.issueKey('pro');
 const segmentText: string[] = [];
 for (const c of clips) {
-  const r = await postClip(app.url, apiKey, fs.readFileSync(c.path), { response_format: 'json', language: 'en' });
+  const r = await postClip(app.url, apiKey, fs.readFileSync(c.path), {
+    response_format: 'json',
+    language: 'en',
+  });
   segmentText.push((JSON.parse(r.body) as { text: string }).text);
 }
 await app.close();
@@ -81,7 +90,10 @@ async function session(offset: number): Promise<{ texts: string[]; latencies: nu
       if (ev.type === STOPPED) stoppedAt.set(ev.utterance_index, performance.now());
       if (ev.type === COMPLETED) latencies.push(performance.now() - stoppedAt.get(ev.utterance_index)!);
     });
-    await cl.stream(Buffer.concat([silence(300), pcmOf(clips[i].path), silence(900)]), { pace: 1, frameBytes: 640 });
+    await cl.stream(Buffer.concat([silence(300), pcmOf(clips[i].path), silence(900)]), {
+      pace: 1,
+      frameBytes: 640,
+    });
     await cl.waitFor((evs) => {
       const stopped = evs.filter((e) => e.type === STOPPED).length;
       return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
@@ -142,16 +154,22 @@ const planes: [string, string[]][] = [
   ['realtime, 1 stream', one.texts],
   ['batch', batchText],
 ];
-console.log(`| plane | WER (word-weighted) | worst clip vs segment | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`);
+console.log(
+  `| plane | WER (word-weighted) | worst clip vs segment | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`,
+);
 console.log(`|---|---|---|${clips.map(() => '---').join('|')}|`);
 const seg = segmentText.map((t, i) => wer(clips[i].reference, t));
 for (const [name, texts] of planes) {
   const w = texts.map((t, i) => wer(clips[i].reference, t));
   const weighted = w.reduce((a, x, i) => a + x * nWords[i], 0) / total;
   const worst = Math.max(...w.map((x, i) => x - seg[i]));
-  console.log(`| ${name} | ${fmt(weighted * 100)}% | ${worst >= 0 ? '+' : ''}${fmt(worst * 100)} | ${w.map((x) => fmt(x * 100)).join(' | ')} |`);
+  console.log(
+    `| ${name} | ${fmt(weighted * 100)}% | ${worst >= 0 ? '+' : ''}${fmt(worst * 100)} | ${w.map((x) => fmt(x * 100)).join(' | ')} |`,
+  );
 }
-console.log('\n| realtime (real-time pace, 20 ms frames) | utterances | stopped→completed p50 | p90 | max | clip-form fallbacks |');
+console.log(
+  '\n| realtime (real-time pace, 20 ms frames) | utterances | stopped→completed p50 | p90 | max | clip-form fallbacks |',
+);
 console.log('|---|---|---|---|---|---|');
 for (const [name, r] of [
   ['1 stream', one],
@@ -165,5 +183,6 @@ console.log(
     `RSS of this process (segment app closed, realtime tier + engine + ${STREAMS} sessions): ${fmt(mb(rssPeak), 0)} MiB`,
 );
 if (process.argv.includes('--texts'))
-  for (const [name, texts] of planes) console.log(`\n${name}\n${texts.map((t, i) => `  ${clips[i].file}: ${t}`).join('\n')}`);
+  for (const [name, texts] of planes)
+    console.log(`\n${name}\n${texts.map((t, i) => `  ${clips[i].file}: ${t}`).join('\n')}`);
 process.exit(0);
