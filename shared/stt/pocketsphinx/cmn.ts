@@ -73,16 +73,26 @@ export class CmnNormaliser {
       this.running(frames);
       return [frames];
     }
+    // Frame by frame, so that the bootstrap ends at the same frame however the audio was chunked.
     const L = CEPSTRUM_LENGTH;
-    this.held.push(frames);
-    for (let off = 0; off + L <= frames.length; off += L) {
-      if (!counts(frames, off)) continue;
-      for (let j = 0; j < L; j++) est.sum[j] += frames[off + j];
-      est.frames++;
+    let off = 0;
+    while (off + L <= frames.length && est.frames < this.s.bootstrapFrames) {
+      if (counts(frames, off)) {
+        for (let j = 0; j < L; j++) est.sum[j] += frames[off + j];
+        est.frames++;
+      }
+      off += L;
     }
+    this.held.push(frames.subarray(0, off));
     if (est.frames < this.s.bootstrapFrames) return [];
     est.ready = true;
-    return this.release(est.sum.map((x) => x / est.frames));
+    const out = this.release(est.sum.map((x) => x / est.frames));
+    if (off < frames.length) {
+      const rest = frames.subarray(off);
+      this.running(rest);
+      out.push(rest);
+    }
+    return out;
   }
 
   /** The utterance ended: whatever waits for the bootstrap is normalised with what is known. */

@@ -67,6 +67,7 @@ interface Binding {
   ps_get_config: Fn;
   fe_init_auto_r: Fn;
   fe_start_utt: Fn;
+  fe_start_stream: Fn;
   fe_free: Fn;
   ps_process_cep: Fn;
   fe_process_utt: Fn;
@@ -105,6 +106,7 @@ function bind(opts: DecoderOptions): Binding {
     ps_get_config: ps.func('void *ps_get_config(void *ps)'),
     fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
     fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
+    fe_start_stream: sb.func('void fe_start_stream(void *fe)'),
     fe_free: sb.func('int fe_free(void *fe)'),
     ps_process_cep: ps.func(
       'int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)',
@@ -214,7 +216,11 @@ export class Decoder {
     if (!this.ps) throw new Error('decoder closed');
     if (this.sessionCmn && !cmn) throw new Error("a streaming decoder needs the session's CMN estimate");
     this.normaliser = cmn && new CmnNormaliser(cmn, this.sessionCmn);
-    if (this.fe) this.b.fe_start_utt(this.fe);
+    if (this.fe) {
+      // As ps_start_stream does for the decoder's own front end: its noise estimate starts afresh.
+      this.b.fe_start_stream(this.fe);
+      this.b.fe_start_utt(this.fe);
+    }
     // A new stream per utterance: frame numbers (word times) restart at 0.
     this.b.ps_start_stream(this.ps);
     if ((this.b.ps_start_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_start_utt failed');
