@@ -40,6 +40,8 @@ export interface SpeechConfig {
     streamDecoders: number;
     /** Session feature normalisation of the streaming form (shared/stt/pocketsphinx/cmn.ts). */
     streamCmn: CmnSettings;
+    /** Decoder arguments of the streaming form, after `extraArgs` (bounds on the search per frame). */
+    streamExtraArgs: string[];
   };
   remote: {
     workers: RemoteWorkerConfig[];
@@ -138,6 +140,7 @@ export function speechConfig(env: Env): SpeechConfig {
       streaming: bool(env, 'STT_STREAMING', true),
       streamThreads: int(env, 'STT_STREAM_THREADS', Math.max(1, os.availableParallelism()), 1),
       streamDecoders: int(env, 'STT_STREAM_DECODERS', 16, 1),
+      streamExtraArgs: decoderArgs(str(env, 'STT_STREAM_ARGS', '-maxhmmpf 3000')),
       streamCmn: {
         bootstrapFrames: int(env, 'STT_STREAM_CMN_BOOTSTRAP_FRAMES', DEFAULT_CMN.bootstrapFrames, 0),
         priorFrames: DEFAULT_CMN.priorFrames,

@@ -85,9 +85,9 @@ export class StreamingPool {
       dict: this.cfg.dict,
       pocketsphinxLibrary: this.cfg.pocketsphinxLibrary,
       sphinxbaseLibrary: this.cfg.sphinxbaseLibrary,
-      extraArgs: this.cfg.extraArgs,
+      extraArgs: [...this.cfg.extraArgs, ...this.cfg.streamExtraArgs],
       sessionCmn: this.cfg.streamCmn,
-      warm: Math.min(1, slots),
+      warm: Math.min(2, slots),
     };
     const worker = startThread('./pocketsphinx/streamThread', data);
     const lane: Lane = {

@@ -52,6 +52,8 @@ const config = loadConfig({
   STT_THREADS: '1',
   STT_STREAM_THREADS: '2',
   STT_STREAM_DECODERS: String(DECODERS),
+  // Decoders load on demand (about a second each, more on a busy machine): no time limit in the way.
+  STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
 });
 const engine = new BuiltinEngine(config.speech.builtin, createLogger({ level: 'warn' }));
 await engine.ready();
