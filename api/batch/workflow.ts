@@ -475,27 +475,14 @@ export class WorkflowRunner {
     const pieceSignal = AbortSignal.any([signal, failed.signal]);
     // Every utterance waiting for a slot or in the engine listens to it (each removes its listener when done).
     setMaxListeners(0, pieceSignal);
-    // Streaming form (built-in engine): the chunk's utterances go in audio order through one stream, so
-    // that the feature normalisation of each starts from the chunk's speech so far (docs/decisions.md,
-    // issue 13); an utterance that finds no free streaming decoder takes the clip form below.
-    const stream = this.d.speech.openStream?.();
     const results = await Promise.all(
       pieces.map((piece) => {
         const bytes = sliceByteRange(piece);
-        const piecePcm = pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length));
-        const streaming = stream?.begin({ language: p.language });
-        if (streaming) {
-          streaming.push(piecePcm);
-          return streaming.finish(pieceSignal).catch((err: unknown) => {
-            failed.abort(err);
-            throw err;
-          });
-        }
         return jobSlots
           .run(pieceSignal, () =>
             this.d.engineSlots.run(pieceSignal, () =>
               this.d.speech.transcribe({
-                pcm: piecePcm,
+                pcm: pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length)),
                 language: p.language,
                 prompt: p.prompt,
                 model: p.model,
@@ -509,7 +496,7 @@ export class WorkflowRunner {
             throw err;
           });
       }),
-    ).finally(() => stream?.close());
+    );
     pieces.forEach((piece, i) => {
       const r = results[i];
       engineMs += r.engineMs;

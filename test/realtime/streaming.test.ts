@@ -121,7 +121,7 @@ describe('realtime streaming decoding (built-in engine)', function () {
       const files = ['jfk.wav', 'librispeech-1089-134686-0001.wav', 'librivox-austen-0870.wav'];
       const texts = await Promise.all(files.map((f) => streamClip(c, f, { pace: 1, frameBytes: 3200 })));
       for (let i = 0; i < files.length; i++) {
-        expect(wer(REFS.get(files[i])!, texts[i].join(' ')), files[i]).to.be.below(0.6);
+        expect(wer(REFS.get(files[i])!, texts[i].join(' ')), files[i]).to.be.below(0.8);
       }
       const stats = small.streamingStats()!;
       expect(stats.fallbacks, 'some utterances found no free decoder').to.be.greaterThan(0);

@@ -2,8 +2,8 @@
  * Every clip of ../shared/test-audio through the running service, per plane
  * (issue 13): WER of the segment endpoint (whole clip), of the realtime tier
  * (real-time pace, 20 ms frames) and of batch (the batch workflow's
- * utterance split, fed as the workflow feeds it: the engine's streaming form
- * in audio order); for realtime the latency speech_stopped -> completed seen
+ * utterance split, each piece in the clip form as the workflow sends it);
+ * for realtime the latency speech_stopped -> completed seen
  * by the client (p50, p90, max) at 1 stream and at N concurrent streams; and
  * the memory of the streaming decoders (RSS growth per decoder).
  *
@@ -125,7 +125,7 @@ const one = await realtime(1);
 const many = await realtime(STREAMS);
 const rssPeak = process.memoryUsage().rss;
 
-// ---- batch: the workflow's utterance split, through the streaming form in audio order ----
+// ---- batch: the workflow's utterance split, each piece in the clip form (as api/batch/workflow.ts does) ----
 const batchText: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);
@@ -133,16 +133,12 @@ for (const c of clips) {
     minPauseSeconds: config.batch.utteranceMinPauseSeconds,
     maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
   });
-  const stream = engine.openStream();
   const results = await Promise.all(
     pieces.map((p) => {
       const r = sliceByteRange(p);
-      const u = stream.begin({})!;
-      u.push(pcm.subarray(r.start, r.end));
-      return u.finish();
+      return engine.transcribe({ pcm: pcm.subarray(r.start, r.end), language: 'en' });
     }),
   );
-  stream.close();
   batchText.push(results.map((r) => r.text).join(' '));
 }
 await ctx.close();
