@@ -35,7 +35,7 @@ export interface CmnSettings {
   window: number;
 }
 
-export const DEFAULT_CMN: CmnSettings = { bootstrapFrames: 150, priorFrames: 100, window: 3000 };
+export const DEFAULT_CMN: CmnSettings = { bootstrapFrames: 300, priorFrames: 10, window: 3000 };
 
 /** A session's running estimate; plain data so it can cross to a worker thread and back. */
 export interface CmnEstimate {
