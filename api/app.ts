@@ -7,7 +7,6 @@ import Router from '@koa/router';
 import type { AppDeps } from './deps.js';
 import { ApiError, errorHandler } from './http/errors.js';
 import { requestContext } from './http/requestContext.js';
-import { routes } from './http/routing.js';
 import { routeModules, type RouteModule } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
 
@@ -23,8 +22,8 @@ export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules):
       metrics: deps.config.metrics.enabled,
     }),
   );
-  app.use(errorHandler());
-  app.use(routes(router));
+  app.use(errorHandler({ retryAfterSeconds: deps.config.failure.retryAfterSeconds }));
+  app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));
   app.use(async (ctx, next) => {
     if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) return next();

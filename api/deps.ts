@@ -11,6 +11,7 @@ import type { PlanCatalog } from '../shared/plans.js';
 import { type Authenticator, type KeyStore, createAuthentication } from '../shared/auth/index.js';
 import { createLimits, type LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
+import { UsageLedger } from '../shared/usage.js';
 import { OpenApiRegistry } from './openapi/registry.js';
 
 export interface ReadinessCheck {
@@ -26,6 +27,8 @@ export interface AppDeps {
   keys: KeyStore;
   auth: Authenticator;
   limits: LimitsDriver;
+  /** Billing of every plane (segment, batch) in this process. */
+  ledger: UsageLedger;
   openapi: OpenApiRegistry;
   /** Extra checks for /readyz (speech engine, realtime upstream, ...). */
   readiness: ReadinessCheck[];
@@ -47,6 +50,7 @@ export function createDeps(config: Config, logger: Logger): AppDeps {
     keys,
     auth,
     limits,
+    ledger: new UsageLedger(db, config.ledger, logger).start(),
     openapi: new OpenApiRegistry(),
     readiness: [{ name: 'database', check: () => pingDb(db) }],
     closers: [],
@@ -63,6 +67,7 @@ export async function closeDeps(deps: AppDeps): Promise<void> {
       deps.logger.warn({ err }, 'error while closing');
     }
   }
+  await deps.ledger.close().catch(() => {});
   await deps.auth.close().catch(() => {});
   await deps.limits.close().catch(() => {});
   await deps.speech?.close().catch(() => {});

@@ -45,9 +45,18 @@ export async function startApi(
   logger.info({ port, host: config.http.host }, 'api listening');
   const detachProxy = proxyRealtime(server, deps);
 
+  // Readiness turns 503 as the stop begins (the load balancer's check: GET /readyz/instance).
+  let draining = false;
+  deps.readiness.push({ name: 'accepting', check: async () => !draining });
+
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      draining = true;
+      if (config.http.drainDelayMs > 0) {
+        logger.info({ ms: config.http.drainDelayMs }, 'api draining: not ready, still serving');
+        await new Promise((r) => setTimeout(r, config.http.drainDelayMs));
+      }
       logger.info('api shutting down: no new connections, finishing requests in flight');
       const closed = new Promise<void>((r) => server.close(() => r()));
       // Keep-alive connections go idle as their last response finishes; close them as they do.
@@ -76,5 +85,9 @@ function proxyRealtime(server: http.Server, deps: AppDeps): () => void {
   const sep = target.lastIndexOf(':');
   const host = sep > 0 ? target.slice(0, sep) : '127.0.0.1';
   const port = Number(target.slice(sep + 1));
-  return attachRealtimeProxy(server, { host, port });
+  return attachRealtimeProxy(server, {
+    host,
+    port,
+    retryAfterSeconds: deps.config.failure.realtimeRetryAfterSeconds,
+  });
 }

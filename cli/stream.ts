@@ -7,6 +7,10 @@
  *
  *   npm run stream -- talk.mp3 --key sk-...            # real-time pace
  *   npm run stream -- talk.mp3 --key sk-... --pace 4   # four times faster
+ *   arecord -q -f S16_LE -r 16000 -c 1 -t wav | npm run stream -- -   # a microphone
+ *
+ * `-` reads the audio from stdin, in any format ffmpeg reads, and streams it
+ * as it arrives (at most at --pace), so a microphone pipe is live.
  *
  * Options:
  *   --url URL        base URL (default $STT_BASE_URL or http://127.0.0.1:8080); ws:// is derived
@@ -18,21 +22,93 @@
  * The progress line on stderr shows how much audio has been sent. Exit code
  * 1 when the session closes with anything but 1000 or an utterance fails.
  */
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { decodeAudio } from '../shared/audio/index.js';
-import { transcribeCliConfig } from '../shared/config/speech.js';
+import { speechConfig, transcribeCliConfig } from '../shared/config/speech.js';
 
 const FRAME_BYTES = 3200; // 100 ms of 16 kHz mono PCM16
 
 function usage(message?: string): never {
   if (message) process.stderr.write(`stream: ${message}\n`);
   process.stderr.write(
-    'usage: npm run stream -- <audio file> [--url URL] [--key KEY] [--language L] [--pace N] [--events]\n' +
+    'usage: npm run stream -- <audio file | -> [--url URL] [--key KEY] [--language L] [--pace N] [--events]\n' +
+      '  -  reads audio from stdin (any format ffmpeg reads), e.g. a microphone:\n' +
+      '     arecord -q -f S16_LE -r 16000 -c 1 -t wav | npm run stream -- -\n' +
       '  --key defaults to $STT_API_KEY, --url to $STT_BASE_URL or http://127.0.0.1:8080\n',
   );
   process.exit(2);
+}
+
+/** 16 kHz mono PCM16 as it becomes available: a whole decoded file, or ffmpeg decoding stdin. */
+class PcmSource {
+  private chunks: Buffer[] = [];
+  available = 0;
+  ended = false;
+
+  static whole(pcm: Buffer): PcmSource {
+    const s = new PcmSource();
+    s.push(pcm);
+    s.ended = true;
+    return s;
+  }
+
+  /** ffmpeg reads stdin in whatever format it is and writes PCM as it decodes. */
+  static stdin(ffmpegPath: string): PcmSource {
+    const s = new PcmSource();
+    const ff = spawn(
+      ffmpegPath,
+      [
+        '-hide_banner',
+        '-loglevel',
+        'error',
+        '-i',
+        'pipe:0',
+        '-f',
+        's16le',
+        '-ac',
+        '1',
+        '-ar',
+        '16000',
+        'pipe:1',
+      ],
+      { stdio: ['inherit', 'pipe', 'inherit'] },
+    );
+    ff.stdout.on('data', (d: Buffer) => s.push(d));
+    ff.on('error', (err) => {
+      process.stderr.write(`stream: cannot run ffmpeg: ${err.message}\n`);
+      process.exit(1);
+    });
+    ff.on('close', () => (s.ended = true));
+    return s;
+  }
+
+  private push(b: Buffer): void {
+    this.chunks.push(b);
+    this.available += b.length;
+  }
+
+  /** Up to `n` bytes from the front. */
+  take(n: number): Buffer {
+    const out: Buffer[] = [];
+    let want = Math.min(n, this.available);
+    this.available -= want;
+    while (want > 0) {
+      const head = this.chunks[0];
+      if (head.length <= want) {
+        out.push(head);
+        this.chunks.shift();
+        want -= head.length;
+      } else {
+        out.push(head.subarray(0, want));
+        this.chunks[0] = head.subarray(want);
+        want = 0;
+      }
+    }
+    return out.length === 1 ? out[0] : Buffer.concat(out);
+  }
 }
 
 function streamUrl(base: string): string {
@@ -56,15 +132,19 @@ async function main(): Promise<void> {
     },
   });
   if (values.help) usage();
-  if (positionals.length !== 1) usage('give one audio file');
+  if (positionals.length !== 1) usage('give one audio file, or - for stdin');
   const key = values.key ?? defaults.apiKey;
   if (!key) usage('an API key is required (--key or STT_API_KEY)');
   const pace = Number(values.pace);
   if (!(pace > 0)) usage('--pace must be a positive number');
   const file = positionals[0];
-  if (!fs.existsSync(file)) usage(`no such file: ${file}`);
-  const pcm = await decodeAudio(fs.readFileSync(file));
-  const totalSeconds = pcm.length / 32000;
+  let source: PcmSource;
+  if (file === '-') source = PcmSource.stdin(speechConfig(process.env).audio.ffmpegPath);
+  else {
+    if (!fs.existsSync(file)) usage(`no such file: ${file}`);
+    source = PcmSource.whole(await decodeAudio(fs.readFileSync(file)));
+  }
+  const totalSeconds = source.ended ? source.available / 32000 : undefined;
 
   const url = streamUrl(values.url!);
   const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
@@ -73,7 +153,8 @@ async function main(): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   const progress = () => {
     if (!process.stderr.isTTY || values.events) return;
-    process.stderr.write(`\rsent ${(sentBytes / 32000).toFixed(1)} / ${totalSeconds.toFixed(1)} s`);
+    const total = totalSeconds === undefined ? '' : ` / ${totalSeconds.toFixed(1)}`;
+    process.stderr.write(`\rsent ${(sentBytes / 32000).toFixed(1)}${total} s`);
   };
   const clearProgress = () => process.stderr.isTTY && !values.events && process.stderr.write('\r\x1b[K');
 
@@ -94,14 +175,15 @@ async function main(): Promise<void> {
     if (values.language) ws.send(JSON.stringify({ type: 'session.update', language: values.language }));
     const started = Date.now();
     const tick = () => {
-      const due = Math.min(pcm.length, Math.ceil((((Date.now() - started) * pace) / 100) * FRAME_BYTES));
-      while (sentBytes < due) {
-        const end = Math.min(pcm.length, sentBytes + FRAME_BYTES);
-        ws.send(pcm.subarray(sentBytes, end));
-        sentBytes = end;
+      // Whole frames only, except the last one; never ahead of the pace.
+      const due = Math.ceil((((Date.now() - started) * pace) / 100) * FRAME_BYTES);
+      while (sentBytes < due && (source.available >= FRAME_BYTES || (source.ended && source.available > 0))) {
+        const frame = source.take(FRAME_BYTES);
+        ws.send(frame);
+        sentBytes += frame.length;
       }
       progress();
-      if (sentBytes >= pcm.length) {
+      if (source.ended && source.available === 0) {
         // End of the file: close the last utterance, then close once every transcript is in
         // (nothing open and the server quiet for a second).
         ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));

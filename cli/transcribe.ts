@@ -1,9 +1,14 @@
 /**
  * Command-line client for the segment endpoint (or any OpenAI-compatible
- * transcription server, engine/ workers included).
+ * transcription server, engine/ workers included), and for batch jobs when an
+ * input is an http(s) URL.
  *
  *   npm run transcribe -- clip.mp3 --key sk-...            # prints the text
  *   npm run transcribe -- talks/ --format srt --out subs/  # one .srt per file
+ *   npm run transcribe -- https://example.com/talk.mp3     # a batch job, polled to the end
+ *
+ * Progress on stderr (when it is a terminal), one line per file in flight:
+ * bytes uploaded, then the server's decode; for a URL, the batch job's steps.
  *
  * Options:
  *   --url URL          base URL (default $STT_BASE_URL or http://127.0.0.1:8080)
@@ -21,7 +26,12 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
 import { transcribeCliConfig } from '../shared/config/speech.js';
-import { RESPONSE_FORMATS, isResponseFormat, type ResponseFormat } from '../shared/stt/formats.js';
+import {
+  RESPONSE_FORMATS,
+  isResponseFormat,
+  renderTranscript,
+  type ResponseFormat,
+} from '../shared/stt/formats.js';
 
 const AUDIO_EXTENSIONS = new Set([
   '.wav',
@@ -45,10 +55,12 @@ const FILE_EXTENSION: Record<ResponseFormat, string> = {
   vtt: 'vtt',
 };
 
-const HELP = `usage: npm run transcribe -- <file|folder>... [options]
+const HELP = `usage: npm run transcribe -- <file|folder|url>... [options]
 
 Transcribes audio files (a folder: every audio file in it) through
-POST /v1/audio/transcriptions, with a progress bar on stderr.
+POST /v1/audio/transcriptions, and http(s) URLs as batch jobs
+(POST /v1/audio/transcriptions/jobs, polled until done). Progress on stderr:
+per file, the bytes uploaded then the decode; per URL, the job's steps.
 
   --url URL          base URL (default $STT_BASE_URL or http://127.0.0.1:8080)
   --key KEY          API key (default $STT_API_KEY; keep keys out of shell history)
@@ -59,6 +71,7 @@ POST /v1/audio/transcriptions, with a progress bar on stderr.
   --model M          model name passed to the service (default whisper-1)
   --worker-id W      pin a speech worker
   --concurrency N    files in flight at once (default 2)
+  --progress         progress lines even when stderr is not a terminal
 
 429 answers are retried after their Retry-After, 502/503 once. Exit code 1
 when any file failed, 2 for a usage error.
@@ -69,9 +82,15 @@ function usage(message?: string): never {
   process.stderr.write(HELP);
   process.exit(message ? 2 : 0);
 }
+const isUrl = (p: string) => /^https?:\/\//i.test(p);
+
 function listInputs(paths: string[]): string[] {
   const files: string[] = [];
   for (const p of paths) {
+    if (isUrl(p)) {
+      files.push(p);
+      continue;
+    }
     const stat = fs.statSync(p, { throwIfNoEntry: false });
     if (!stat) usage(`no such file or folder: ${p}`);
     if (stat.isDirectory()) {
@@ -95,7 +114,64 @@ interface Options {
   workerId?: string;
 }
 
-async function transcribeFile(file: string, o: Options): Promise<string> {
+/** What a file's progress line shows: a fraction and a phase. */
+type Progress = (value: number, total: number, phase: string) => void;
+
+const kib = (n: number) => `${Math.ceil(n / 1024)} KiB`;
+
+/** fetch() with a streamed body, reporting the bytes handed to the connection. */
+async function postWithProgress(
+  url: string,
+  key: string,
+  form: FormData,
+  progress: Progress,
+): Promise<Response> {
+  // The multipart encoding of the form, as fetch would send it.
+  const encoded = new Request(url, { method: 'POST', body: form });
+  const bytes = new Uint8Array(await encoded.arrayBuffer());
+  let sent = 0;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (sent >= bytes.length) {
+        progress(1, 1, `transcribing (${kib(bytes.length)} sent)`);
+        return controller.close();
+      }
+      const chunk = bytes.subarray(sent, Math.min(bytes.length, sent + 64 * 1024));
+      sent += chunk.length;
+      controller.enqueue(chunk);
+      progress(sent, bytes.length, `uploading ${kib(sent)} / ${kib(bytes.length)}`);
+    },
+  });
+  return fetch(url, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${key}`,
+      'content-type': encoded.headers.get('content-type')!,
+      'content-length': String(bytes.length),
+    },
+    body,
+    duplex: 'half',
+  } as RequestInit);
+}
+
+/** fetch's "fetch failed" names neither the address nor the reason: say both. */
+function unreachable(endpoint: string) {
+  return (err: Error & { cause?: { code?: string; message?: string } }): never => {
+    throw new Error(`cannot reach ${endpoint}: ${err.cause?.code ?? err.cause?.message ?? err.message}`);
+  };
+}
+
+/** The message of an error body of any plane. */
+function errorMessage(status: number, body: string): string {
+  try {
+    const e = JSON.parse(body) as { error?: { message?: string; code?: string } | string };
+    return `HTTP ${status} ${typeof e.error === 'string' ? e.error : `${e.error?.code}: ${e.error?.message}`}`;
+  } catch {
+    return `HTTP ${status} ${body}`;
+  }
+}
+
+async function transcribeFile(file: string, o: Options, progress: Progress): Promise<string> {
   const data = fs.readFileSync(file);
   for (let attempt = 1; ; attempt++) {
     const form = new FormData();
@@ -106,14 +182,7 @@ async function transcribeFile(file: string, o: Options): Promise<string> {
     if (o.prompt) form.append('prompt', o.prompt);
     if (o.workerId) form.append('worker_id', o.workerId);
     const endpoint = `${o.url.replace(/\/+$/, '')}/v1/audio/transcriptions`;
-    const res = await fetch(endpoint, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${o.key}` },
-      body: form,
-    }).catch((err: Error & { cause?: { code?: string; message?: string } }) => {
-      // fetch says only "fetch failed": name the address and the reason (ECONNREFUSED, ENOTFOUND, ...).
-      throw new Error(`cannot reach ${endpoint}: ${err.cause?.code ?? err.cause?.message ?? err.message}`);
-    });
+    const res = await postWithProgress(endpoint, o.key, form, progress).catch(unreachable(endpoint));
     const body = await res.text();
     if (res.ok)
       return o.format === 'json' || o.format === 'verbose_json'
@@ -122,17 +191,73 @@ async function transcribeFile(file: string, o: Options): Promise<string> {
     const retryAfter = Number(res.headers.get('retry-after') ?? 1);
     const retryable =
       (res.status === 429 && attempt <= 5) || ((res.status === 502 || res.status === 503) && attempt <= 1);
-    if (!retryable) {
-      let message = body;
-      try {
-        const e = JSON.parse(body) as { error?: { message?: string; code?: string } | string };
-        message = typeof e.error === 'string' ? e.error : `${e.error?.code}: ${e.error?.message}`;
-      } catch {
-        /* plain text */
-      }
-      throw new Error(`HTTP ${res.status} ${message}`);
-    }
+    if (!retryable) throw new Error(errorMessage(res.status, body));
+    progress(0, 1, `HTTP ${res.status}, retrying in ${retryAfter} s`);
     await new Promise((r) => setTimeout(r, Math.min(60, Math.max(1, retryAfter)) * 1000));
+  }
+}
+
+interface BatchSegment {
+  id: number;
+  start_time: number;
+  end_time: number;
+  text: string;
+  confidence: number;
+}
+
+/** A URL as a batch job: submit, poll (showing the steps), render the result in the asked format. */
+async function transcribeUrl(audioUrl: string, o: Options, progress: Progress): Promise<string> {
+  const base = o.url.replace(/\/+$/, '');
+  const call = async (p: string, init: RequestInit = {}) => {
+    const res = await fetch(`${base}${p}`, {
+      ...init,
+      headers: { authorization: `Bearer ${o.key}`, 'content-type': 'application/json' },
+    }).catch(unreachable(`${base}${p}`));
+    const body = await res.text();
+    if (!res.ok) throw new Error(errorMessage(res.status, body));
+    return JSON.parse(body) as Record<string, any>;
+  };
+  const job = {
+    audio_url: audioUrl,
+    ...(o.language ? { language: o.language } : {}),
+    ...(o.prompt ? { prompt: o.prompt } : {}),
+  };
+  const accepted = await call('/v1/audio/transcriptions/jobs', { method: 'POST', body: JSON.stringify(job) });
+  progress(0, 1, `queued ${accepted.workflow_id}`);
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 1000));
+    const poll = await call(`/v1/audio/transcriptions/jobs/${accepted.workflow_id}`);
+    const steps = (poll.steps ?? []) as { name: string; status: string }[];
+    const done = steps.filter((s) => s.status !== 'running').length;
+    const current = steps.find((s) => s.status === 'running')?.name ?? poll.status;
+    progress(done, Math.max(1, steps.length), `${poll.status}: ${current} (${done}/${steps.length} steps)`);
+    if (poll.status === 'complete') {
+      const r = poll.output.result as {
+        segments: BatchSegment[];
+        metadata: { language: string };
+        summary: { total_duration: number };
+      };
+      const transcript = {
+        text: r.segments.map((s) => s.text.trim()).join(' '),
+        language: r.metadata.language,
+        duration: r.summary.total_duration,
+        segments: r.segments.map((s) => ({
+          id: s.id,
+          start: s.start_time,
+          end: s.end_time,
+          text: s.text,
+          confidence: s.confidence,
+        })),
+        words: [],
+      };
+      const rendered = renderTranscript(transcript, o.format);
+      return typeof rendered.body === 'string'
+        ? rendered.body
+        : `${JSON.stringify(rendered.body, null, 2)}\n`;
+    }
+    if (!['queued', 'running', 'waiting', 'paused'].includes(poll.status)) {
+      throw new Error(`job ${accepted.workflow_id} ${poll.status}: ${poll.error?.message ?? 'no result'}`);
+    }
   }
 }
 
@@ -150,6 +275,7 @@ async function main(): Promise<void> {
       model: { type: 'string', default: 'whisper-1' },
       'worker-id': { type: 'string' },
       concurrency: { type: 'string', default: '2' },
+      progress: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -174,39 +300,59 @@ async function main(): Promise<void> {
     workerId: values['worker-id'],
   };
 
-  const bar = new cliProgress.SingleBar(
+  // One line per file in flight (bytes uploaded, then the decode; or a job's steps), and the files done.
+  const bars = new cliProgress.MultiBar(
     {
-      format: 'transcribing [{bar}] {value}/{total} files | {file}',
+      format: '{name} [{bar}] {phase}',
       hideCursor: true,
       stream: process.stderr,
+      clearOnComplete: true,
+      // Not a terminal: only with --progress, as a line every half second.
+      noTTYOutput: values.progress,
+      notTTYSchedule: 500,
     },
     cliProgress.Presets.shades_classic,
   );
-  bar.start(files.length, 0, { file: '' });
+  const overall =
+    files.length > 1
+      ? bars.create(files.length, 0, { name: 'files', phase: `0/${files.length}` })
+      : undefined;
   const texts = new Map<string, string>();
   const failures: string[] = [];
   let next = 0;
+  let finished = 0;
   const worker = async () => {
     while (next < files.length) {
       const file = files[next++];
-      bar.update({ file: path.basename(file) });
+      const name = (
+        isUrl(file) ? new URL(file).pathname.split('/').pop() || file : path.basename(file)
+      ).slice(0, 40);
+      const bar = bars.create(1, 0, { name, phase: 'starting' });
+      const progress: Progress = (value, total, phase) => {
+        bar.setTotal(total);
+        bar.update(value, { phase });
+      };
       try {
-        const result = await transcribeFile(file, options);
+        const result = await (isUrl(file) ? transcribeUrl : transcribeFile)(file, options, progress);
         if (format === 'text' && !values.out) texts.set(file, result.trimEnd());
         else {
-          const dir = values.out ?? path.dirname(file);
-          const target = path.join(dir, `${path.parse(file).name}.${FILE_EXTENSION[format]}`);
+          const dir = values.out ?? (isUrl(file) ? '.' : path.dirname(file));
+          const stem = isUrl(file)
+            ? path.parse(new URL(file).pathname).name || 'transcript'
+            : path.parse(file).name;
+          const target = path.join(dir, `${stem}.${FILE_EXTENSION[format]}`);
           fs.writeFileSync(target, result);
           texts.set(file, target);
         }
       } catch (err) {
         failures.push(`${file}: ${(err as Error).message}`);
       }
-      bar.increment();
+      bars.remove(bar);
+      overall?.update(++finished, { phase: `${finished}/${files.length}` });
     }
   };
   await Promise.all(Array.from({ length: Math.min(concurrency, files.length) }, worker));
-  bar.stop();
+  bars.stop();
 
   for (const file of files) {
     const out = texts.get(file);

@@ -6,6 +6,8 @@
  *                                  response_format json|text|verbose_json|srt|vtt
  *   GET  /v1/models                the one model this worker serves
  *   GET  /health                   {ok, service}; 503 until a decoder is loaded
+ *   GET  /readyz                   the same, and 503 once the worker is draining (SIGTERM), so
+ *                                  load balancers and the remote pool stop sending it work
  *
  * `model` is accepted and ignored: a worker serves exactly one model, and
  * OpenAI clients send names such as `whisper-1`.
@@ -48,6 +50,8 @@ export interface EngineAppDeps {
   logger: Logger;
   /** GET /metrics (Prometheus; METRICS_ENABLED, METRICS_TOKEN); on with no token when omitted. */
   metrics?: MetricsPolicy;
+  /** True once the process is stopping: /readyz turns 503 while requests in flight finish. */
+  draining?: () => boolean;
 }
 
 export function createEngineApp({
@@ -55,6 +59,7 @@ export function createEngineApp({
   speech,
   logger,
   metrics = { enabled: true, token: undefined },
+  draining = () => false,
 }: EngineAppDeps): Koa {
   const app = new Koa();
   app.silent = true;
@@ -101,6 +106,13 @@ export function createEngineApp({
     const ok = await engine.healthy();
     ctx.status = ok ? 200 : 503;
     ctx.body = { ok, service: ENGINE_SERVICE, ...engine.stats() };
+  });
+  router.get('/readyz', async (ctx) => {
+    const decoder = await engine.healthy();
+    const accepting = !draining();
+    const ok = decoder && accepting;
+    ctx.status = ok ? 200 : 503;
+    ctx.body = { ok, service: ENGINE_SERVICE, checks: { decoder, accepting } };
   });
 
   if (metrics.enabled) {

@@ -11,12 +11,21 @@ import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
 import { BuiltinEngine } from '../shared/stt/builtin.js';
 import { createEngineApp, ENGINE_SERVICE } from './app.js';
+import { installFailurePolicy } from '../shared/process/index.js';
 
 async function main(): Promise<void> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: ENGINE_SERVICE });
+  installFailurePolicy(logger);
   const engine = new BuiltinEngine(config.speech.builtin, logger);
-  const app = createEngineApp({ engine, speech: config.speech, logger, metrics: config.metrics });
+  let stopping = false;
+  const app = createEngineApp({
+    engine,
+    speech: config.speech,
+    logger,
+    metrics: config.metrics,
+    draining: () => stopping,
+  });
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) =>
@@ -27,7 +36,6 @@ async function main(): Promise<void> {
   const port = typeof address === 'object' && address ? address.port : config.speech.engineServer.port;
   logger.info({ port, threads: config.speech.builtin.threads }, 'engine listening');
 
-  let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;

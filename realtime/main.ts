@@ -10,9 +10,11 @@ import { createDb, migrateLatest } from '../shared/db/index.js';
 import { createAuthentication } from '../shared/auth/index.js';
 import { createLimits } from '../shared/limits/index.js';
 import { createSpeechEngine, type SpeechEngine } from '../shared/stt/index.js';
+import { UsageLedger } from '../shared/usage.js';
 import { ThreadedEngine } from './threadedEngine.js';
 import { startRealtime, type RealtimeDeps, type RunningRealtime } from './server.js';
 import { NativeUwsUnavailable } from './uws.js';
+import { installFailurePolicy } from '../shared/process/index.js';
 
 /** Database, auth, limits and speech engine of a realtime process, from the config. */
 export async function createRealtimeDeps(
@@ -24,6 +26,7 @@ export async function createRealtimeDeps(
   if (config.migrateOnStart) await migrateLatest(db);
   const { auth } = createAuthentication(config, db, logger);
   const limits = createLimits(config.redisUrl);
+  const ledger = new UsageLedger(db, config.ledger, logger).start();
   // The remote pool's HTTP client runs in a thread; the built-in engine already runs in its own threads.
   const engine: SpeechEngine =
     config.speech.engine === 'remote' && config.realtime.engineThread
@@ -36,7 +39,9 @@ export async function createRealtimeDeps(
     auth,
     limits,
     engine,
+    ledger,
     async close() {
+      await ledger.close().catch(() => {});
       await auth.close().catch(() => {});
       await limits.close().catch(() => {});
       await engine.close().catch(() => {});
@@ -48,8 +53,11 @@ export async function createRealtimeDeps(
 export async function runRealtimeProcess(): Promise<RunningRealtime> {
   const config = loadConfig();
   const logger = createLogger({ level: config.logLevel, name: 'realtime' });
+  const started: { stop?: () => Promise<void> } = {};
+  installFailurePolicy(logger, { onFatal: () => started.stop?.() });
   const deps = await createRealtimeDeps(config, logger);
   const running = await startRealtime(deps);
+  started.stop = () => running.stop();
 
   let stopping = false;
   const stop = () => {

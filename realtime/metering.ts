@@ -1,53 +1,63 @@
 /**
- * Realtime usage: one row per session, written once when the session ends
- * (whatever the reason), keyed by the session id so a retried write never
- * bills twice. Failed writes are retried with backoff; shutdown waits for them.
+ * Realtime usage through the usage ledger: every USAGE_CHECKPOINT_MS one
+ * batched checkpoint of the instance's live sessions (their rows grow and
+ * their leases are renewed, so the audio counts against the key's window
+ * while the session runs, and a killed instance leaves its last checkpoint),
+ * and one final record per session when it ends, whatever the reason, keyed
+ * by the session id. Shutdown waits until every record is in Postgres or in
+ * the ledger's spool.
  */
-import type { Knex } from 'knex';
-import type { Logger } from 'pino';
-import { recordUsage } from '../shared/usage.js';
+import type { UsageLedger } from '../shared/usage.js';
 
-const RETRY_DELAYS_MS = [200, 1000, 5000, 15_000];
+export interface MeteredSession {
+  readonly sessionId: string;
+  readonly audioSeconds: number;
+  readonly principal: { keyId: string };
+}
 
 export class UsageMeter {
-  private readonly inFlight = new Set<Promise<void>>();
-  private flushed = 0;
+  private readonly timer: NodeJS.Timeout;
+  private checkpointing: Promise<void> | undefined;
 
   constructor(
-    private readonly db: Knex,
-    private readonly logger: Logger,
-  ) {}
-
-  get written(): number {
-    return this.flushed;
+    private readonly ledger: UsageLedger,
+    private readonly live: () => Iterable<MeteredSession>,
+    checkpointMs: number,
+  ) {
+    this.timer = setInterval(() => void this.checkpoint(), checkpointMs);
+    this.timer.unref();
   }
 
-  record(keyId: string, sessionId: string, audioSeconds: number): void {
-    const p = this.write(keyId, sessionId, audioSeconds).finally(() => this.inFlight.delete(p));
-    this.inFlight.add(p);
-  }
-
-  private async write(keyId: string, refId: string, audioSeconds: number): Promise<void> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await recordUsage(this.db, { keyId, plane: 'realtime', audioSeconds, refId });
-        this.flushed++;
-        return;
-      } catch (err) {
-        if (attempt >= RETRY_DELAYS_MS.length) {
-          this.logger.error(
-            { err, sessionId: refId, keyId, audioSeconds },
-            'realtime usage could not be recorded',
-          );
-          return;
-        }
-        await new Promise((r) => setTimeout(r, RETRY_DELAYS_MS[attempt]));
+  /**
+   * Checkpoints every live session (skipped while the previous checkpoint is running): the rows grow
+   * and their leases are renewed, also for sessions whose audio did not grow (or has not started: a
+   * session killed before any audio still has its row, at 0 s, like one that closed).
+   */
+  checkpoint(): Promise<void> {
+    this.checkpointing ??= (async () => {
+      const units = [];
+      for (const s of this.live()) {
+        units.push({
+          keyId: s.principal.keyId,
+          plane: 'realtime' as const,
+          refId: s.sessionId,
+          audioSeconds: s.audioSeconds,
+        });
       }
-    }
+      await this.ledger.checkpoint(units);
+    })().finally(() => (this.checkpointing = undefined));
+    return this.checkpointing;
   }
 
-  /** Resolves when every pending write has finished. */
+  /** The session ended: its exact audio seconds, once. */
+  record(keyId: string, sessionId: string, audioSeconds: number): void {
+    void this.ledger.record({ keyId, plane: 'realtime', refId: sessionId, audioSeconds });
+  }
+
+  /** Stops checkpointing; resolves when every record is in Postgres or in the spool. */
   async drain(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
+    clearInterval(this.timer);
+    await this.checkpointing;
+    await this.ledger.drain();
   }
 }

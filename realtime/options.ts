@@ -4,26 +4,12 @@
  * the settings as they were), unknown fields stripped, gateway fields and
  * audio settings not overridable.
  */
+import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
+import { compile } from '../shared/validation.js';
 import type { SegmenterSettings } from '../shared/vad/segmenter.js';
 
 export const MAX_PROMPT_CHARS = 2000;
-
-function countChars(text: string): number {
-  // Only strings that could be over the limit in code points need counting.
-  if (text.length <= MAX_PROMPT_CHARS) return text.length;
-  let n = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    // A high surrogate followed by a low one is one character.
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) i++;
-    }
-    n++;
-  }
-  return n;
-}
 
 export interface SessionSettings extends SegmenterSettings {
   /** Two-letter code or `auto`. */
@@ -36,43 +22,71 @@ export interface SessionSettings extends SegmenterSettings {
   translateTo: string | undefined;
 }
 
-type FieldKind = 'string' | 'boolean' | 'number';
+/** A field's JSON Schema: null unsets a string setting and leaves any other as it is. */
+const text = { type: ['string', 'null'] } as const;
+const flag = { type: ['boolean', 'null'] } as const;
+const num = (minimum: number, maximum?: number) => ({
+  type: ['number', 'null'],
+  minimum,
+  ...(maximum !== undefined && { maximum }),
+});
 
 interface FieldSpec {
   key: keyof SessionSettings;
-  kind: FieldKind;
-  /** Inclusive bounds for numbers. */
-  min?: number;
-  max?: number;
+  schema: { type: readonly string[]; [k: string]: unknown };
 }
 
-/** Client name (camelCase and snake_case alias) to setting. */
+/** Client name (camelCase and snake_case alias) to setting and the schema its value must meet. */
 const FIELDS: Record<string, FieldSpec> = {
-  language: { key: 'language', kind: 'string' },
-  prompt: { key: 'prompt', kind: 'string' },
-  backend: { key: 'backend', kind: 'string' },
-  sttModel: { key: 'sttModel', kind: 'string' },
-  stt_model: { key: 'sttModel', kind: 'string' },
-  normalizerModel: { key: 'normalizerModel', kind: 'string' },
-  normalizer_model: { key: 'normalizerModel', kind: 'string' },
-  vad: { key: 'vad', kind: 'boolean' },
-  vadThreshold: { key: 'threshold', kind: 'number', min: 0.05, max: 0.95 },
-  vad_threshold: { key: 'threshold', kind: 'number', min: 0.05, max: 0.95 },
-  vadSilenceMs: { key: 'silenceMs', kind: 'number', min: 32, max: 10_000 },
-  vad_silence_ms: { key: 'silenceMs', kind: 'number', min: 32, max: 10_000 },
-  vadPrefixMs: { key: 'prefixMs', kind: 'number', min: 0, max: 5_000 },
-  vad_prefix_ms: { key: 'prefixMs', kind: 'number', min: 0, max: 5_000 },
-  vadMinSpeechMs: { key: 'minSpeechMs', kind: 'number', min: 0, max: 10_000 },
-  vad_min_speech_ms: { key: 'minSpeechMs', kind: 'number', min: 0, max: 10_000 },
-  vadTargetSpeechMs: { key: 'targetSpeechMs', kind: 'number', min: 500 },
-  vad_target_speech_ms: { key: 'targetSpeechMs', kind: 'number', min: 500 },
-  vadMaxSpeechMs: { key: 'maxSpeechMs', kind: 'number', min: 1000 },
-  vad_max_speech_ms: { key: 'maxSpeechMs', kind: 'number', min: 1000 },
-  vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', kind: 'number', min: 0 },
-  vad_smart_split_window_ms: { key: 'smartSplitWindowMs', kind: 'number', min: 0 },
+  language: { key: 'language', schema: text },
+  // Characters, not UTF-16 code units (ajv counts code points): an emoji counts once.
+  prompt: { key: 'prompt', schema: { ...text, maxLength: MAX_PROMPT_CHARS } },
+  backend: { key: 'backend', schema: text },
+  sttModel: { key: 'sttModel', schema: text },
+  stt_model: { key: 'sttModel', schema: text },
+  normalizerModel: { key: 'normalizerModel', schema: text },
+  normalizer_model: { key: 'normalizerModel', schema: text },
+  vad: { key: 'vad', schema: flag },
+  vadThreshold: { key: 'threshold', schema: num(0.05, 0.95) },
+  vad_threshold: { key: 'threshold', schema: num(0.05, 0.95) },
+  vadSilenceMs: { key: 'silenceMs', schema: num(32, 10_000) },
+  vad_silence_ms: { key: 'silenceMs', schema: num(32, 10_000) },
+  vadPrefixMs: { key: 'prefixMs', schema: num(0, 5_000) },
+  vad_prefix_ms: { key: 'prefixMs', schema: num(0, 5_000) },
+  vadMinSpeechMs: { key: 'minSpeechMs', schema: num(0, 10_000) },
+  vad_min_speech_ms: { key: 'minSpeechMs', schema: num(0, 10_000) },
+  vadTargetSpeechMs: { key: 'targetSpeechMs', schema: num(500) },
+  vad_target_speech_ms: { key: 'targetSpeechMs', schema: num(500) },
+  vadMaxSpeechMs: { key: 'maxSpeechMs', schema: num(1000) },
+  vad_max_speech_ms: { key: 'maxSpeechMs', schema: num(1000) },
+  vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', schema: num(0) },
+  vad_smart_split_window_ms: { key: 'smartSplitWindowMs', schema: num(0) },
   // The interface lists translate_to alone (no camelCase alias): `translateTo` is stripped like any other unknown name.
-  translate_to: { key: 'translateTo', kind: 'string' },
+  translate_to: { key: 'translateTo', schema: text },
 };
+
+/** The options of one update (unknown names are allowed here and stripped below). */
+const sessionUpdateSchema = {
+  type: 'object',
+  properties: Object.fromEntries(Object.entries(FIELDS).map(([name, f]) => [name, f.schema])),
+};
+
+/** The first problem ajv found, in the words of `bad`. */
+function invalid(e: ErrorObject | undefined): UpdateResult {
+  const field = e?.instancePath.slice(1) ?? 'session';
+  const p = (e?.params ?? {}) as { type?: string; comparison?: string; limit?: number };
+  switch (e?.keyword) {
+    case 'type':
+      return bad(field, `must be a ${String(p.type).split(',')[0]}`);
+    case 'minimum':
+    case 'maximum':
+      return bad(field, `must be ${p.comparison} ${p.limit}`);
+    case 'maxLength':
+      return bad(field, `must be at most ${p.limit} characters`);
+    default:
+      return bad(field, e?.message ?? 'is invalid');
+  }
+}
 
 export type UpdateResult =
   | { ok: true; settings: SessionSettings; ignored: string[]; languageChanged: boolean }
@@ -102,6 +116,8 @@ export function applySessionUpdate(
   if (nested) delete src.session;
   const next: SessionSettings = { ...current };
   const ignored: string[] = [];
+  const validate = compile(sessionUpdateSchema);
+  if (!validate(src)) return invalid(validate.errors?.[0]);
   for (const [name, value] of Object.entries(src)) {
     // Own names only: `constructor`, `toString`, `__proto__` are unknown fields, not Object.prototype's.
     const spec = Object.hasOwn(FIELDS, name) ? FIELDS[name] : undefined;
@@ -110,26 +126,15 @@ export function applySessionUpdate(
       continue;
     }
     if (value === null || value === undefined) {
-      if (spec.kind === 'string' && spec.key !== 'language')
+      if (spec.schema.type[0] === 'string' && spec.key !== 'language')
         (next as unknown as Record<string, unknown>)[spec.key] = undefined;
       continue;
-    }
-    if (spec.kind === 'string' && typeof value !== 'string') return bad(name, 'must be a string');
-    if (spec.kind === 'boolean' && typeof value !== 'boolean') return bad(name, 'must be a boolean');
-    if (spec.kind === 'number') {
-      if (typeof value !== 'number' || !Number.isFinite(value)) return bad(name, 'must be a number');
-      if (spec.min !== undefined && value < spec.min) return bad(name, `must be >= ${spec.min}`);
-      if (spec.max !== undefined && value > spec.max) return bad(name, `must be <= ${spec.max}`);
     }
     let v: unknown = value;
     if (spec.key === 'language') {
       const lang = normalizeSessionLanguage(value as string);
       if (!lang) return bad(name, 'must be a language code such as "en", "zh-cn" or "auto"');
       v = lang;
-    }
-    // Characters, not UTF-16 code units: an emoji or a CJK extension character counts once.
-    if (spec.key === 'prompt' && countChars(value as string) > MAX_PROMPT_CHARS) {
-      return bad(name, `must be at most ${MAX_PROMPT_CHARS} characters`);
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;
   }

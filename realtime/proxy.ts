@@ -21,12 +21,17 @@ export interface RealtimeProxyOptions {
   paths?: string[];
   /** Upper bound for connecting to the realtime process. */
   connectTimeoutMs?: number;
+  /**
+   * Retry-After (seconds) of the 503 upstream_unavailable answered while the
+   * realtime process cannot be reached (interface 7.2; REALTIME_RETRY_AFTER_SECONDS).
+   */
+  retryAfterSeconds?: number;
 }
 
-function refuse(socket: Duplex, status: string, code: string, message: string): void {
+function refuse(socket: Duplex, status: string, code: string, message: string, extra = ''): void {
   const body = JSON.stringify({ error: { code, message, type: 'realtime_error' } });
   socket.end(
-    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
   );
 }
 
@@ -75,7 +80,8 @@ export function attachRealtimeProxy(server: http.Server, opts: RealtimeProxyOpti
           socket,
           '503 Service Unavailable',
           'upstream_unavailable',
-          'The realtime tier is not reachable.',
+          'The realtime tier is not reachable; retry shortly.',
+          `retry-after: ${opts.retryAfterSeconds ?? 2}\r\n`,
         );
       } else {
         socket.destroy();

@@ -37,26 +37,15 @@ export class ConnectionQuota {
     return this.held.size;
   }
 
-  /** Takes a handshake point and a connection slot for `leaseId`. */
+  /**
+   * Takes a connection slot for `leaseId`, then a handshake point. A handshake
+   * refused for want of a slot spends no point: a client retrying after a crash
+   * gets in as soon as its old slot frees (one lease TTL), not a minute later.
+   */
   async admit(owner: string, limits: PlanLimits, leaseId: string): Promise<QuotaDecision> {
+    const lease = { scope: CONNECTION_SCOPE, owner, leaseId, max: limits.maxConcurrentConnections };
     try {
-      const rate = await this.limits.consume('connections', owner, limits.maxConnectionsPerMinute);
-      if (!rate.allowed) {
-        return {
-          ok: false,
-          status: 429,
-          code: 'connection_rate_exceeded',
-          message: `At most ${limits.maxConnectionsPerMinute} connections per minute for this key.`,
-          retryAfterSeconds: Math.max(1, Math.ceil(rate.retryAfterMs / 1000)),
-        };
-      }
-      const got = await this.limits.acquireLease({
-        scope: CONNECTION_SCOPE,
-        owner,
-        leaseId,
-        max: limits.maxConcurrentConnections,
-        ttlMs: this.opts.leaseTtlMs,
-      });
+      const got = await this.limits.acquireLease({ ...lease, ttlMs: this.opts.leaseTtlMs });
       if (!got) {
         return {
           ok: false,
@@ -66,8 +55,20 @@ export class ConnectionQuota {
           retryAfterSeconds: Math.max(1, Math.ceil(this.opts.leaseRenewMs / 1000)),
         };
       }
+      const rate = await this.limits.consume('connections', owner, limits.maxConnectionsPerMinute);
+      if (!rate.allowed) {
+        await this.limits.releaseLease(CONNECTION_SCOPE, owner, leaseId);
+        return {
+          ok: false,
+          status: 429,
+          code: 'connection_rate_exceeded',
+          message: `At most ${limits.maxConnectionsPerMinute} connections per minute for this key.`,
+          retryAfterSeconds: Math.max(1, Math.ceil(rate.retryAfterMs / 1000)),
+        };
+      }
     } catch (err) {
       this.logger.warn({ err }, 'limits store unavailable during realtime admission');
+      await this.limits.releaseLease(CONNECTION_SCOPE, owner, leaseId).catch(() => {});
       return {
         ok: false,
         status: 503,

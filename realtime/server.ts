@@ -20,7 +20,7 @@ import type { Config } from '../shared/config/index.js';
 import { Authenticator, authFailure, type AuthResult, type Principal } from '../shared/auth/index.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
-import { windowUsage } from '../shared/usage.js';
+import { windowUsage, type UsageLedger } from '../shared/usage.js';
 import { createVadService, type VadService } from '../shared/vad/service.js';
 import {
   enableProcessMetrics,
@@ -45,6 +45,8 @@ export interface RealtimeDeps {
   auth: Authenticator;
   limits: LimitsDriver;
   engine: SpeechEngine;
+  /** The usage ledger (its owner, the composition root, starts and closes it). */
+  ledger: UsageLedger;
 }
 
 export interface RunningRealtime {
@@ -125,9 +127,9 @@ export async function startRealtime(
   const uWS = loadUws({ requireNative: rt.requireNativeUws });
   const breaker = new CircuitBreaker(rt.breaker);
   const quota = new ConnectionQuota(deps.limits, rt, log);
-  const meter = new UsageMeter(deps.db, log);
   const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
+  const meter = new UsageMeter(deps.ledger, () => sessions, deps.config.ledger.checkpointMs);
   let stopping = false;
 
   const timings = new GatewayTimings();
@@ -159,6 +161,18 @@ export async function startRealtime(
     metrics.breakerOpen.set(state === 'open' ? 1 : 0);
     if (state === 'open') for (const s of sessions) s.end('upstreamUnavailable');
   });
+
+  // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
+  // Upgrades between this check and their session's start count as sessions.
+  let admitting = 0;
+  const atCapacity = () => {
+    const { maxSessions, maxQueuedUtterances } = rt.overload;
+    if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
+    if (maxQueuedUtterances <= 0) return false;
+    let queued = 0;
+    for (const s of sessions) queued += s.inFlight.utterances;
+    return queued >= maxQueuedUtterances;
+  };
 
   const app = uWS.App();
 
@@ -201,9 +215,21 @@ export async function startRealtime(
           'retry-after': String(retry),
         });
       }
+      if (atCapacity()) {
+        return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+          'retry-after': String(rt.overload.retryAfterSeconds),
+        });
+      }
+      if (!deps.ledger.accepting) {
+        // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
+        return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+          'retry-after': '30',
+        });
+      }
       const cred = realtimeCredential(authorization, query);
       if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
 
+      admitting++;
       void (async () => {
         let auth: AuthResult;
         try {
@@ -240,10 +266,12 @@ export async function startRealtime(
         };
         metrics.upgrades.inc({ outcome: 'accepted' });
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
-      })().catch((err) => {
-        log.error({ err }, 'realtime upgrade failed');
-        refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
-      });
+      })()
+        .catch((err) => {
+          log.error({ err }, 'realtime upgrade failed');
+          refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
+        })
+        .finally(() => admitting--);
     },
 
     open: (ws: WebSocket<UserData>) => {

@@ -455,9 +455,11 @@ export class RealtimeSession {
         },
         (err: unknown) => {
           const e = err as { code?: string; message?: string; retryable?: boolean };
-          // Timeouts count. A session that went away aborts its own requests, and an upstream that
-          // refuses one request (unsupported language: retryable=false) is up: neither is an upstream failure.
-          if (p.timedOut || (!abort.signal.aborted && e.retryable !== false)) this.deps.breaker.failure();
+          // Engine failures count, waiting does not: our own timeout measures queueing behind other
+          // sessions (overload, refused at admission), not a broken engine (the speech client's attempt
+          // timeouts report a hung one). A session that went away aborts its own requests, and an upstream
+          // that refuses one request (unsupported language: retryable=false) is up.
+          if (!abort.signal.aborted && e.retryable !== false) this.deps.breaker.failure();
           if (!this.settle(p)) return;
           this.deps.logger.warn({ err, sessionId: this.sessionId, index }, 'utterance transcription failed');
           this.failUtterance(

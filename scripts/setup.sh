@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up called by `npm start` and `npm test`: installs the system
-# packages the service needs (PocketSphinx, ffmpeg, sox) when they are missing,
+# packages the service needs (PocketSphinx, ffmpeg, sox, HAProxy) when they are missing,
 # and the npm dependencies when node_modules is absent. Quiet when all is there.
+# `setup.sh test` (what `npm test` runs) also installs Debian's chromium, which
+# the playground's browser tests drive through playwright-core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,11 @@ need=()
 [ -d /usr/share/pocketsphinx/model/en-us/en-us ] || need+=(pocketsphinx-en-us)
 command -v ffmpeg >/dev/null || need+=(ffmpeg)
 command -v sox >/dev/null || need+=(sox)
+# The fault suite (test/faults) runs its own Redis server on a free port.
+command -v redis-server >/dev/null || need+=(redis-server)
+# The load balancer of `npm run cluster` and the deployment test (docker/haproxy.cfg).
+[ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy)
+if [ "${1:-}" = test ]; then [ -x /usr/bin/chromium ] || need+=(chromium); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -19,10 +19,15 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startApi } from '../api/server.js';
+import { installFailurePolicy } from '../shared/process/index.js';
+import { Backoff } from '../shared/process/restart.js';
 
 const env: Record<string, string | undefined> = { ...process.env };
 const base = loadConfig(env);
 const logger = createLogger({ level: base.logLevel, name: 'stt' });
+/** Set once a signal asked the service to stop: children that exit then are not restarted. */
+let stopping = false;
+installFailurePolicy(logger);
 
 const { secrets } = loadOrCreateSecrets(base.dataDir);
 env.GATEWAY_ADMIN_TOKEN ||= secrets.adminToken;
@@ -59,13 +64,14 @@ if (!env.DATABASE_URL) {
       `Port ${base.embedded.pgPort} of the embedded Postgres is already in use: is another \`npm start\` running (on ${base.dataDir})? Stop it, or set EMBEDDED_PG_PORT (and DATA_DIR for a second instance).`,
     );
   }
+  const startPostgres = () =>
+    runEmbeddedPostgres(base.dataDir, base.embedded.pgPort, secrets.postgresPassword, base.logLevel, {
+      baseMs: base.embedded.restartBaseMs,
+      maxMs: base.embedded.restartMaxMs,
+    });
   try {
-    pg = await runEmbeddedPostgres(
-      base.dataDir,
-      base.embedded.pgPort,
-      secrets.postgresPassword,
-      base.logLevel,
-    );
+    pg = await startPostgres();
+    superviseEmbeddedPostgres(startPostgres);
   } catch (err) {
     logger.fatal({ err }, 'could not start the embedded Postgres');
     process.stderr.write(`\n  Could not start the embedded Postgres: ${(err as Error).message}\n\n`);
@@ -119,7 +125,6 @@ if (!secrets.announced && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
   );
 }
 
-let stopping = false;
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.on(sig, () => {
     if (stopping) return;
@@ -134,6 +139,41 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
+/**
+ * The realtime tier in its own process, supervised: when it dies it is
+ * started again on the same port after a backoff (EMBEDDED_RESTART_BASE_MS
+ * doubling to EMBEDDED_RESTART_MAX_MS). While it is down the API's proxy
+ * answers upgrades 503 upstream_unavailable with Retry-After, and /readyz
+ * reports `realtime: false`.
+ */
+/**
+ * The embedded Postgres's supervisor process restarts the server itself; if
+ * that process dies, it is started again here (with backoff), on the same
+ * data directory and port, so DATABASE_URL stays valid.
+ */
+function superviseEmbeddedPostgres(start: () => Promise<RunningPostgres>): void {
+  const backoff = new Backoff({ baseMs: base.embedded.restartBaseMs, maxMs: base.embedded.restartMaxMs });
+  backoff.started();
+  const watch = (running: RunningPostgres) =>
+    void running.exited.then(async () => {
+      while (!stopping) {
+        const waitMs = backoff.next();
+        logger.error({ nextInMs: waitMs }, 'embedded Postgres supervisor exited; it is restarted');
+        await new Promise((r) => setTimeout(r, waitMs));
+        if (stopping) return;
+        try {
+          pg = await start();
+          backoff.started();
+          logger.info('embedded Postgres supervisor restarted');
+          return watch(pg);
+        } catch (err) {
+          logger.error({ err }, 'embedded Postgres did not restart');
+        }
+      }
+    });
+  watch(pg!);
+}
+
 async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promise<void> } | undefined> {
   if (/^(0|false|no|off)$/i.test(env.REALTIME_ENABLED ?? '')) return undefined;
   // Migrations run once, here, before either process uses the database.
@@ -143,22 +183,26 @@ async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promi
   await db.destroy();
   const here = path.dirname(fileURLToPath(import.meta.url));
   const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
-  const child: ChildProcess = fork(path.join(here, `../realtime/main${ext}`), [], {
-    env: {
-      ...env,
-      REALTIME_HOST: env.REALTIME_HOST ?? '127.0.0.1',
-      REALTIME_PORT: env.REALTIME_PORT ?? '0',
-      MIGRATE_ON_START: 'false',
-    } as NodeJS.ProcessEnv,
-    execArgv: ext === '.ts' ? ['--import', 'tsx'] : [],
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const port = await new Promise<number>((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`realtime process exited (code ${code})`)));
-    child.on('message', (m: { type?: string; port?: number }) => {
-      if (m?.type === 'realtime.listening') resolve(m.port!);
+  let child: ChildProcess | undefined;
+  const spawnRealtime = (port: number) =>
+    new Promise<number>((resolve, reject) => {
+      const c = fork(path.join(here, `../realtime/main${ext}`), [], {
+        env: {
+          ...env,
+          REALTIME_HOST: env.REALTIME_HOST ?? '127.0.0.1',
+          REALTIME_PORT: String(port),
+          MIGRATE_ON_START: 'false',
+        } as NodeJS.ProcessEnv,
+        execArgv: ext === '.ts' ? ['--import', 'tsx'] : [],
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      });
+      child = c;
+      c.once('exit', (code) => reject(new Error(`realtime process exited (code ${code})`)));
+      c.on('message', (m: { type?: string; port?: number }) => {
+        if (m?.type === 'realtime.listening') resolve(m.port!);
+      });
     });
-  }).catch((err: Error) => {
+  const port = await spawnRealtime(Number(env.REALTIME_PORT ?? 0)).catch((err: Error) => {
     // A half-started service would answer REST but not the stream: say so and stop.
     logger.fatal({ err }, 'the realtime tier did not start');
     process.stderr.write(
@@ -170,17 +214,42 @@ async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promi
     await pg?.stop();
     process.exit(1);
   }
-  child.removeAllListeners('exit');
-  child.on('exit', (code, signal) => {
-    if (!stopping) logger.error({ code, signal }, 'realtime process exited');
-  });
+  const backoff = new Backoff({ baseMs: base.embedded.restartBaseMs, maxMs: base.embedded.restartMaxMs });
+  let timer: NodeJS.Timeout | undefined;
+  const supervise = (c: ChildProcess) =>
+    c.once('exit', (code, signal) => {
+      if (stopping) return;
+      logger.error({ code, signal }, 'realtime process exited; it is restarted');
+      scheduleRestart();
+    });
+  const scheduleRestart = () => {
+    const waitMs = backoff.next();
+    timer = setTimeout(() => {
+      if (stopping) return;
+      spawnRealtime(port).then(
+        () => {
+          backoff.started();
+          supervise(child!);
+          logger.info({ port }, 'realtime process restarted');
+        },
+        (err: Error) => {
+          logger.error({ err, nextInMs: waitMs }, 'realtime process did not restart');
+          scheduleRestart();
+        },
+      );
+    }, waitMs);
+  };
+  backoff.started();
+  supervise(child!);
   return {
     port,
     stop: () =>
       new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
+        clearTimeout(timer);
+        const c = child;
+        if (!c || c.exitCode !== null || c.signalCode !== null) return resolve();
+        c.once('exit', () => resolve());
+        c.kill('SIGTERM');
       }),
   };
 }

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { createWriteStream, promises as fsp } from 'node:fs';
 import { finished } from 'node:stream/promises';
 import { OutboundClient, OutboundError } from '../../shared/net/index.js';
-import { PermanentError } from './errors.js';
+import { PermanentError, withoutPaths } from './errors.js';
 
 export interface FetchedAudio {
   file: string;
@@ -110,7 +110,9 @@ export function decodeToPcmFile(
       reject(
         new PermanentError(
           'AudioDecodeError',
-          `The audio could not be decoded: ${stderr.trim().split('\n').pop() ?? 'unknown error'}`,
+          `The audio could not be decoded: ${withoutPaths(
+            (stderr.trim().split('\n').pop() || 'unknown error').split(input).join('input'),
+          )}`,
         ),
       );
     });

@@ -15,3 +15,12 @@ export class LeaseLostError extends Error {
 export class ShutdownError extends Error {
   override name = 'ShutdownError';
 }
+
+/**
+ * A failure's message as the job's owner sees it (poll `error`, step rows,
+ * webhooks): absolute server paths (`/tmp/…/input`, `file:///…`) become
+ * `<file>`. URLs keep their paths (the slash follows a host, not a space).
+ */
+export function withoutPaths(message: string): string {
+  return message.replace(/file:\/\/\/[^\s'"`]*|(?<![\w:/.~-])\/(?:[^\s/'"`:,;()<>]+\/?)+/g, '<file>');
+}

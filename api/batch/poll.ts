@@ -1,112 +1,143 @@
 /**
- * The read side of polls, the hottest request of the batch plane. The poll
- * response is kept ready-made on the workflow row (`poll_body`, rendered by
- * triggers, migration 20261121214500), so a poll is a primary-key read of one
- * text column, with the tenant in the same join condition, sent to the
- * client as it is.
+ * The poll response (interface 2.3, 2.4), presented from the workflow row
+ * and its steps as the repository reads them (`WorkflowRepo.pollViews`).
  *
- * Polls that arrive in the same turn of the event loop are read together by
- * one prepared statement (an indexed join against the list of requested ids
- * and owners), on a few connections of their own in pg's pipeline mode, so
- * the next batch does not wait for the previous one's answer. Under load this
- * turns many round trips, writes and reads into one per batch; a single poll
- * waits only for the end of the current loop turn.
+ * Field order is the interface's: `workflow_id`, `status`, `steps`, `output`
+ * (only when complete), `error` (set only when errored), then the project's
+ * own `request_id`. In `output.result`, `segments`, `summary` and `metadata`
+ * come first and their items' listed keys first, in the listed order; any
+ * other keys follow in the order they were stored.
  */
-import pg from 'pg';
-import type { Logger } from 'pino';
+import type { WorkflowStatus } from './types.js';
 
-const POLL_STATEMENT = {
-  name: 'batch_poll_bodies',
-  text: `SELECT q.i::int4, w.poll_body
-           FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS q(id, owner_id, i)
-           JOIN batch_workflows w ON w.id = q.id AND w.owner_id = q.owner_id`,
-};
-/** Most polls one statement reads. */
+export interface PollStep {
+  name: string;
+  status: string;
+  started_at: string | null;
+  ended_at: string | null;
+  attempts: number;
+}
+
+/** What a poll reads: the workflow's own columns and its steps in order (times as Postgres writes them). */
+export interface PollView {
+  id: string;
+  request_id: string;
+  status: WorkflowStatus;
+  error: { name: string; message: string } | null;
+  output: Record<string, unknown>;
+  steps: PollStep[];
+}
+
+export interface PollResponse {
+  workflow_id: string;
+  status: WorkflowStatus;
+  steps: PollStep[];
+  output?: Record<string, unknown>;
+  error: { name: string; message: string } | null;
+  request_id: string;
+}
+
+/** The step outputs shown in a completed workflow's `output`, in this order. */
+const STEP_OUTPUTS = ['probe', 'slice', 'chunks', 'aggregate', 'review', 'report', 'result'] as const;
+const RESULT_KEYS = ['segments', 'summary', 'metadata'];
+const SEGMENT_KEYS = ['id', 'start_time', 'end_time', 'duration', 'text', 'confidence'];
+const SUMMARY_KEYS = ['total_duration', 'total_speech_duration', 'overall_speech_ratio', 'num_segments'];
+const METADATA_KEYS = ['language', 'model', 'chunk_count', 'audio_duration_seconds'];
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** `obj` with the listed keys first, in that order (those it has), then its other keys as they were. */
+function ordered(obj: unknown, keys: readonly string[]): unknown {
+  if (!isObject(obj)) return obj;
+  const listed = keys.filter((k) => Object.hasOwn(obj, k));
+  const rest = Object.keys(obj).filter((k) => !keys.includes(k));
+  // fromEntries defines own properties: a stored key named `__proto__` stays a plain key.
+  return Object.fromEntries([...listed, ...rest].map((k) => [k, obj[k]]));
+}
+
+function presentResult(result: unknown): unknown {
+  const r = ordered(result, RESULT_KEYS);
+  if (!isObject(r)) return r;
+  if (Array.isArray(r.segments)) r.segments = r.segments.map((s) => ordered(s, SEGMENT_KEYS));
+  if ('summary' in r) r.summary = ordered(r.summary, SUMMARY_KEYS);
+  if ('metadata' in r) r.metadata = ordered(r.metadata, METADATA_KEYS);
+  return r;
+}
+
+/** A stored time as the API writes times: ISO 8601 in UTC with milliseconds. */
+const isoTime = (t: string | null): string | null => (t === null ? null : new Date(t).toISOString());
+
+export function presentPoll(v: PollView): PollResponse {
+  const steps = v.steps.map((s) => ({
+    name: s.name,
+    status: s.status,
+    started_at: isoTime(s.started_at),
+    ended_at: isoTime(s.ended_at),
+    attempts: s.attempts,
+  }));
+  let output: Record<string, unknown> | undefined;
+  if (v.status === 'complete') {
+    output = {};
+    for (const k of STEP_OUTPUTS)
+      output[k] = (k === 'result' ? presentResult(v.output[k]) : v.output[k]) ?? null;
+  }
+  return {
+    workflow_id: v.id,
+    status: v.status,
+    steps,
+    ...(output && { output }),
+    error: v.status === 'errored' ? v.error : null,
+    request_id: v.request_id,
+  };
+}
+
+/** Most polls one query reads. */
 const MAX_BATCH = 256;
 
 interface PendingPoll {
   workflowId: string;
   ownerId: string;
-  resolve(body: string | undefined): void;
+  resolve(view: PollView | undefined): void;
   reject(err: unknown): void;
 }
 
+/**
+ * Polls are the most frequent request of the batch plane: those that arrive
+ * in the same turn of the event loop are read together by one query
+ * (`WorkflowRepo.pollViews`), so under load a poll costs a share of one
+ * round trip; a single poll waits only for the end of the current turn.
+ */
 export class PollReader {
-  private readonly slots: (Promise<pg.Client> | undefined)[];
-  private next = 0;
   private pending: PendingPoll[] = [];
 
   constructor(
-    private readonly databaseUrl: string,
-    connections: number,
-    private readonly log: Logger,
-    private readonly statementTimeoutMs = 5000,
-  ) {
-    this.slots = new Array(Math.max(1, connections)).fill(undefined);
-  }
+    private readonly read: (ids: string[], owners: string[]) => Promise<(PollView | undefined)[]>,
+  ) {}
 
   /** The poll response of the tenant's workflow, or undefined (unknown id, or another tenant's). */
-  body(workflowId: string, ownerId: string): Promise<string | undefined> {
-    return new Promise((resolve, reject) => {
+  async poll(workflowId: string, ownerId: string): Promise<PollResponse | undefined> {
+    const view = await new Promise<PollView | undefined>((resolve, reject) => {
       if (this.pending.push({ workflowId, ownerId, resolve, reject }) === 1) setImmediate(this.flush);
     });
-  }
-
-  async close(): Promise<void> {
-    const open = this.slots.splice(0, this.slots.length, ...this.slots.map(() => undefined));
-    await Promise.all(open.map((c) => c?.then((client) => client.end()).catch(() => {})));
+    return view && presentPoll(view);
   }
 
   private readonly flush = () => {
     const all = this.pending;
     this.pending = [];
-    for (let i = 0; i < all.length; i += MAX_BATCH) void this.read(all.slice(i, i + MAX_BATCH));
+    for (let i = 0; i < all.length; i += MAX_BATCH) void this.readBatch(all.slice(i, i + MAX_BATCH));
   };
 
-  private async read(batch: PendingPoll[]): Promise<void> {
+  private async readBatch(batch: PendingPoll[]): Promise<void> {
     try {
-      const client = await this.client();
-      const res = await client.query<[number, string | null]>({
-        ...POLL_STATEMENT,
-        values: [batch.map((p) => p.workflowId), batch.map((p) => p.ownerId)],
-        rowMode: 'array',
-      });
-      const bodies: (string | undefined)[] = new Array(batch.length);
-      for (const [i, body] of res.rows) bodies[i - 1] = body ?? undefined;
-      for (let i = 0; i < batch.length; i++) batch[i].resolve(bodies[i]);
+      const views = await this.read(
+        batch.map((p) => p.workflowId),
+        batch.map((p) => p.ownerId),
+      );
+      batch.forEach((p, i) => p.resolve(views[i]));
     } catch (err) {
       for (const p of batch) p.reject(err);
     }
-  }
-
-  private client(): Promise<pg.Client> {
-    const i = this.next;
-    this.next = (i + 1) % this.slots.length;
-    return (this.slots[i] ??= this.connect(i));
-  }
-
-  private connect(i: number): Promise<pg.Client> {
-    const client = new pg.Client({
-      connectionString: this.databaseUrl,
-      pipeline: true,
-      statement_timeout: this.statementTimeoutMs,
-      connectionTimeoutMillis: 5000,
-      application_name: 'batch-polls',
-    } as pg.ClientConfig);
-    const connecting = client.connect().then(() => {
-      // Never what keeps a process alive: the pools of the process decide that.
-      (client as pg.Client & { unref(): void }).unref();
-      return client;
-    });
-    const drop = () => {
-      if (this.slots[i] === connecting) this.slots[i] = undefined;
-    };
-    client.on('error', (err) => {
-      this.log.warn({ err }, 'poll connection failed; reconnecting on the next poll');
-      drop();
-    });
-    client.on('end', drop);
-    connecting.catch(drop);
-    return connecting;
   }
 }

@@ -1,5 +1,6 @@
-/** Postgres access for batch workflows: rows in, API shapes out (the presenter lives here too). */
+/** Postgres access for batch workflows (the poll response is presented in poll.ts). */
 import type { Knex } from 'knex';
+import type { PollView } from './poll.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
 export interface WorkflowRow {
@@ -20,6 +21,15 @@ export interface WorkflowRow {
   started_at: Date | null;
   ended_at: Date | null;
 }
+
+const POLL_VIEWS = `
+  SELECT q.i::int4 AS i, w.id, w.request_id, w.status, w.error,
+         CASE WHEN w.status = 'complete' THEN w.output ELSE '{}'::jsonb END AS output,
+         (SELECT COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
+                    'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY s.seq), '[]'::json)
+            FROM batch_steps s WHERE s.workflow_id = w.id) AS steps
+    FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS q(id, owner_id, i)
+    JOIN batch_workflows w ON w.id = q.id AND w.owner_id = q.owner_id`;
 
 export class WorkflowRepo {
   constructor(readonly db: Knex) {}
@@ -50,6 +60,18 @@ export class WorkflowRepo {
 
   async get(id: string): Promise<WorkflowRow | undefined> {
     return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
+  }
+
+  /**
+   * What polls show of the given workflows, each with its tenant in the same
+   * join condition, in one query: undefined for an unknown id or another
+   * tenant's workflow. Steps come in their sequence order.
+   */
+  async pollViews(ids: string[], owners: string[]): Promise<(PollView | undefined)[]> {
+    const { rows } = await this.db.raw<{ rows: (PollView & { i: number })[] }>(POLL_VIEWS, [ids, owners]);
+    const views: (PollView | undefined)[] = new Array(ids.length);
+    for (const { i, ...view } of rows) views[i - 1] = view;
+    return views;
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */

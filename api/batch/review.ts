@@ -55,16 +55,31 @@ export interface ReviewedResult extends BatchResult {
 // ---------- text helpers ----------
 
 export function levenshtein(a: string, b: string): number {
+  return boundedLevenshtein(a, b, Infinity);
+}
+
+/**
+ * Edit distance, or `bound + 1` as soon as it is known to exceed `bound`
+ * (each row's minimum never decreases), so a far pair costs a few rows.
+ */
+export function boundedLevenshtein(a: string, b: string, bound: number): number {
   if (a === b) return 0;
+  if (Math.abs(a.length - b.length) > bound) return bound + 1;
   if (!a.length) return b.length;
   if (!b.length) return a.length;
-  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  let prev = new Uint32Array(b.length + 1);
+  let cur = new Uint32Array(b.length + 1);
+  for (let j = 0; j <= b.length; j++) prev[j] = j;
   for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
+    cur[0] = i;
+    let rowMin = i;
     for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      const v = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      cur[j] = v;
+      if (v < rowMin) rowMin = v;
     }
-    prev = cur;
+    if (rowMin > bound) return bound + 1;
+    [prev, cur] = [cur, prev];
   }
   return prev[b.length];
 }
@@ -104,20 +119,36 @@ function norm(s: string): string {
   return s.toLowerCase().replace(/[^a-z0-9']/g, '');
 }
 
-/** Every string found in the metadata (values of any key, arrays, nested objects). */
-export function termsFromMetadata(metadata: Record<string, unknown> | undefined): string[] {
+/**
+ * Most distinct terms the offline reviewer takes from `metadata` (the API
+ * refuses a job whose metadata holds more: BATCH_REVIEW_MAX_TERMS).
+ */
+export const REVIEW_MAX_TERMS_DEFAULT = 1000;
+/** Longest term (characters); longer strings in `metadata` are not terms. */
+export const REVIEW_MAX_TERM_LENGTH = 60;
+/** Levels of `metadata` the reviewer looks into. */
+const TERM_DEPTH = 4;
+
+/** Every string found in the metadata (values of any key, arrays, nested objects), at most `limit`. */
+export function termsFromMetadata(metadata: Record<string, unknown> | undefined, limit = Infinity): string[] {
   const out = new Set<string>();
-  const walk = (v: unknown, depth: number) => {
-    if (depth > 4 || v == null) return;
+  // Iterative walk: no recursion, whatever the nesting.
+  const stack: [unknown, number][] = [[metadata, 0]];
+  while (stack.length && out.size < limit) {
+    const [v, depth] = stack.pop()!;
+    if (depth > TERM_DEPTH || v == null) continue;
     if (typeof v === 'string') {
       for (const part of v.split(/[,;\n]/)) {
         const t = part.trim();
-        if (t && t.length <= 60) out.add(t);
+        if (t && t.length <= REVIEW_MAX_TERM_LENGTH) out.add(t);
+        if (out.size >= limit) break;
       }
-    } else if (Array.isArray(v)) v.forEach((x) => walk(x, depth + 1));
-    else if (typeof v === 'object') for (const x of Object.values(v as object)) walk(x, depth + 1);
-  };
-  walk(metadata, 0);
+    } else if (typeof v === 'object') {
+      const items = Array.isArray(v) ? v : Object.values(v as object);
+      // Reversed onto the stack, so terms come out in document order.
+      for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], depth + 1]);
+    }
+  }
   return [...out];
 }
 
@@ -126,16 +157,52 @@ interface Term {
   joined: string;
   key: string;
   words: string[];
+  /** Position in the metadata: ties between equally close terms go to the first. */
+  order: number;
 }
 
-function prepareTerms(metadata: Record<string, unknown> | undefined): Term[] {
-  return termsFromMetadata(metadata)
-    .map((surface) => {
+/** The terms, indexed for near-linear matching: by phrase and by joined length. */
+interface TermIndex {
+  terms: Term[];
+  /** `words.join(' ')` of every term: an n-gram equal to one is already right. */
+  phrases: Set<string>;
+  /** Word counts that occur among the terms. */
+  sizes: number[];
+  byLength: Map<number, Term[]>;
+  maxLength: number;
+}
+
+const indexCache = new WeakMap<object, Map<number, TermIndex>>();
+
+function prepareTerms(metadata: Record<string, unknown> | undefined, limit: number): TermIndex {
+  const cached = metadata && indexCache.get(metadata)?.get(limit);
+  if (cached) return cached;
+  const terms = termsFromMetadata(metadata, limit)
+    .map((surface, order) => {
       const words = surface.split(/\s+/).map(norm).filter(Boolean);
       const joined = words.join('');
-      return { surface, joined, key: phoneticKey(joined), words };
+      return { surface, joined, key: phoneticKey(joined), words, order };
     })
     .filter((t) => t.joined.length >= 4 && t.words.length <= 3);
+  const byLength = new Map<number, Term[]>();
+  for (const t of terms) {
+    const list = byLength.get(t.joined.length);
+    if (list) list.push(t);
+    else byLength.set(t.joined.length, [t]);
+  }
+  const index: TermIndex = {
+    terms,
+    phrases: new Set(terms.map((t) => t.words.join(' '))),
+    sizes: [...new Set(terms.map((t) => t.words.length))],
+    byLength,
+    maxLength: Math.max(0, ...byLength.keys()),
+  };
+  if (metadata) {
+    const perLimit = indexCache.get(metadata) ?? new Map<number, TermIndex>();
+    perLimit.set(limit, index);
+    indexCache.set(metadata, perLimit);
+  }
+  return index;
 }
 
 interface Word {
@@ -145,32 +212,89 @@ interface Word {
   confidence: number;
 }
 
-/** Near-miss check of one n-gram against the terms; null when nothing is close. */
-function nearMiss(gram: Word[], terms: Term[]): { term: Term; distance: number; phonetic: boolean } | null {
+/**
+ * Near-miss check of one n-gram against the terms; null when nothing is
+ * close. Only terms of a comparable length are looked at, and the edit
+ * distance stops as soon as it exceeds what could still be accepted.
+ */
+function nearMiss(
+  gram: Word[],
+  index: TermIndex,
+): { term: Term; distance: number; phonetic: boolean } | null {
   const words = gram.map((w) => norm(w.word));
   if (words.some((w) => !w)) return null;
+  if (index.phrases.has(words.join(' '))) return null; // already right
   const joined = words.join('');
+  const key = phoneticKey(joined);
   let best: { term: Term; distance: number; phonetic: boolean } | null = null;
-  for (const term of terms) {
-    if (words.join(' ') === term.words.join(' ')) return null; // already right
-    if (Math.abs(joined.length - term.joined.length) > Math.max(2, term.joined.length * 0.34)) continue;
-    const distance = levenshtein(joined, term.joined);
-    const phonetic = phoneticKey(joined) === term.key;
-    const close = distance === 0 || distance <= Math.max(1, Math.floor(term.joined.length * 0.25));
-    if (!(close || (phonetic && distance <= Math.ceil(term.joined.length * 0.5)))) continue;
-    if (!best || distance < best.distance) best = { term, distance, phonetic };
+  for (let len = 1; len <= index.maxLength; len++) {
+    if (Math.abs(joined.length - len) > Math.max(2, len * 0.34)) continue;
+    for (const term of index.byLength.get(len) ?? []) {
+      const phonetic = key === term.key;
+      const closeBound = Math.max(1, Math.floor(len * 0.25));
+      let bound = phonetic ? Math.max(closeBound, Math.ceil(len * 0.5)) : closeBound;
+      if (best) bound = Math.min(bound, best.distance);
+      const distance = boundedLevenshtein(joined, term.joined, bound);
+      if (distance > bound) continue;
+      if (best && (distance > best.distance || (distance === best.distance && term.order > best.term.order)))
+        continue;
+      best = { term, distance, phonetic };
+    }
   }
   return best;
 }
 
 // ---------- stage one: annotate ----------
 
+export interface AnnotateOptions {
+  /** Most terms taken from the metadata (BATCH_REVIEW_MAX_TERMS). */
+  maxTerms?: number;
+}
+
 export function annotateChunkOffline(
   chunk: ChunkCheckpoint,
   metadata: Record<string, unknown> | undefined,
   lowConfidence: number,
+  opts: AnnotateOptions = {},
 ): ChunkReview {
-  const terms = prepareTerms(metadata);
+  const steps = annotateSteps(chunk, metadata, lowConfidence, opts);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/**
+ * The same as annotateChunkOffline, but it gives the event loop back every
+ * `sliceMs` of work, so a long chunk with many terms never holds the API.
+ */
+export async function annotateChunkOfflineAsync(
+  chunk: ChunkCheckpoint,
+  metadata: Record<string, unknown> | undefined,
+  lowConfidence: number,
+  opts: AnnotateOptions & { sliceMs?: number } = {},
+): Promise<ChunkReview> {
+  const sliceMs = opts.sliceMs ?? 10;
+  const steps = annotateSteps(chunk, metadata, lowConfidence, opts);
+  let sliceStart = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - sliceStart >= sliceMs) {
+      await new Promise((resolve) => setImmediate(resolve));
+      sliceStart = performance.now();
+    }
+  }
+}
+
+/** Stage one, one n-gram per step (a generator, so callers choose when to yield). */
+function* annotateSteps(
+  chunk: ChunkCheckpoint,
+  metadata: Record<string, unknown> | undefined,
+  lowConfidence: number,
+  opts: AnnotateOptions,
+): Generator<void, ChunkReview> {
+  const index = prepareTerms(metadata, opts.maxTerms ?? REVIEW_MAX_TERMS_DEFAULT);
   const words: Word[] = chunk.words.map((w) => ({
     ...w,
     start: chunk.start + w.start,
@@ -180,10 +304,9 @@ export function annotateChunkOffline(
   const claimed = new Set<number>();
   // Terms already transcribed right are left alone (and never part of a near-miss n-gram).
   const normWords = words.map((w) => norm(w.word));
-  for (const term of terms) {
-    const n = term.words.length;
+  for (const n of index.sizes) {
     for (let i = 0; i + n <= words.length; i++) {
-      if (term.words.every((tw, k) => normWords[i + k] === tw))
+      if (index.phrases.has(normWords.slice(i, i + n).join(' ')))
         for (let k = 0; k < n; k++) claimed.add(i + k);
     }
   }
@@ -193,7 +316,8 @@ export function annotateChunkOffline(
     for (let i = 0; i + n <= words.length; i++) {
       if ([...Array(n).keys()].some((k) => claimed.has(i + k))) continue;
       const gram = words.slice(i, i + n);
-      const hit = nearMiss(gram, terms);
+      const hit = index.terms.length ? nearMiss(gram, index) : null;
+      yield;
       if (!hit) continue;
       for (let k = 0; k < n; k++) claimed.add(i + k);
       const text = gram.map((w) => w.word).join(' ');
@@ -233,6 +357,11 @@ export function annotateChunkOffline(
 
 // ---------- stage two: correct ----------
 
+/** The key of a wrong form: lower case, single spaces. */
+function formOf(text: string): string {
+  return text.toLowerCase().trim().split(/\s+/).filter(Boolean).join(' ');
+}
+
 function escapeRe(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
@@ -262,7 +391,8 @@ export function correctOffline(
   for (const r of reviews) {
     for (const issue of r.issues) {
       if (!issue.suggestion || !strongEnough(issue)) continue;
-      const form = issue.text.toLowerCase();
+      const form = formOf(issue.text);
+      if (!form) continue;
       const prev = decisions.get(form);
       const distance = issue.distance ?? 0;
       if (!prev || distance < prev.distance)
@@ -270,23 +400,27 @@ export function correctOffline(
     }
   }
   const changes: ChangeEntry[] = [];
+  // One pattern for every form, longest first, built once: each segment is scanned once.
   const forms = [...decisions.keys()].sort((a, b) => b.length - a.length);
+  const pattern = forms.length
+    ? new RegExp(
+        `(?<![\\w'])(?:${forms.map((f) => f.split(' ').map(escapeRe).join('\\s+')).join('|')})(?![\\w'])`,
+        'gi',
+      )
+    : undefined;
   const segments: ResultSegment[] = result.segments.map((seg) => {
-    let text = seg.text;
-    for (const form of forms) {
-      const d = decisions.get(form)!;
-      const re = new RegExp(`(?<![\\w'])${form.split(/\s+/).map(escapeRe).join('\\s+')}(?![\\w'])`, 'gi');
-      text = text.replace(re, (before) => {
-        if (before === d.after) return before;
-        changes.push({
-          before,
-          after: d.after,
-          where: { segment_id: seg.id, start_time: seg.start_time, end_time: seg.end_time },
-          why: d.why,
-        });
-        return d.after;
+    if (!pattern) return seg;
+    const text = seg.text.replace(pattern, (before) => {
+      const d = decisions.get(formOf(before));
+      if (!d || before === d.after) return before;
+      changes.push({
+        before,
+        after: d.after,
+        where: { segment_id: seg.id, start_time: seg.start_time, end_time: seg.end_time },
+        why: d.why,
       });
-    }
+      return d.after;
+    });
     return { ...seg, text };
   });
   return { result: { ...result, segments, text: segments.map((s) => s.text).join(' ') }, changes };

@@ -14,11 +14,14 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
 import type { Principal } from '../../shared/auth/index.js';
+import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
 import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
+import { isDependencyUnavailable } from '../../shared/process/index.js';
+import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
-import { PollReader } from './poll.js';
+import { PollReader, type PollResponse } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -32,6 +35,7 @@ export interface BatchRuntimeDeps {
   config: Config;
   logger: Logger;
   db: Knex;
+  ledger: UsageLedger;
   speech?: SpeechEngine;
   /** Overrides for tests and benchmarks. */
   store?: ArtifactStore;
@@ -48,6 +52,7 @@ export interface JobAccepted {
 
 export class BatchRuntime {
   readonly repo: WorkflowRepo;
+  private readonly polls: PollReader;
   readonly store: ArtifactStore;
   readonly outbound: OutboundClient;
   private boss: PgBoss | undefined;
@@ -55,11 +60,13 @@ export class BatchRuntime {
   private sweeper: NodeJS.Timeout | undefined;
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
-  private polls: PollReader | undefined;
+  /** Workflows paused by an outage, waiting to be queued again (workflow id -> timer). */
+  private readonly resuming = new Map<string, NodeJS.Timeout>();
   private readonly log: Logger;
 
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
+    this.polls = new PollReader((ids, owners) => this.repo.pollViews(ids, owners));
     this.store = d.store ?? createArtifactStore(d.config.batch.storage);
     this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
     this.log = d.logger.child({ component: 'batch' });
@@ -88,22 +95,9 @@ export class BatchRuntime {
       supervise: true,
     });
     boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
-    await boss.start();
-    // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
-    await boss.createQueue(WORKFLOW_QUEUE, {
-      name: WORKFLOW_QUEUE,
-      policy: 'stately',
-      retryLimit: 3,
-      retryDelay: 5,
-      expireInSeconds: 4 * 3600,
-    });
-    await boss.createQueue(WEBHOOK_QUEUE, {
-      name: WEBHOOK_QUEUE,
-      policy: 'standard',
-      retryLimit: 2,
-      retryDelay: 30,
-      expireInSeconds: 600,
-    });
+    // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
+    // empty database deadlock there, so they take turns under the migrations' advisory lock.
+    await withMigrationLock(this.d.db, () => createQueues(boss));
     this.boss = boss;
     if (!workers) return;
 
@@ -120,6 +114,7 @@ export class BatchRuntime {
     }
     this.runner = new WorkflowRunner({
       db: this.d.db,
+      ledger: this.d.ledger,
       repo: this.repo,
       store: this.store,
       speech: this.d.speech!,
@@ -134,6 +129,7 @@ export class BatchRuntime {
       logger: this.log,
       hooks: this.d.hooks,
       enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
+      onOutage: (id) => this.resumeAfterOutage(id),
     });
     this.deliverer = new WebhookDeliverer({
       repo: this.repo,
@@ -151,7 +147,13 @@ export class BatchRuntime {
         WORKFLOW_QUEUE,
         { batchSize: 1, pollingIntervalSeconds: 0.5 },
         async ([job]) => {
-          await runner.run(job.data.workflowId, job.id);
+          try {
+            await runner.run(job.data.workflowId, job.id);
+          } catch (err) {
+            // The lease could not even be taken: the database is down. Queue it again when it is back.
+            if (!isDependencyUnavailable(err)) throw err;
+            this.resumeAfterOutage(job.data.workflowId);
+          }
         },
       );
     }
@@ -170,7 +172,34 @@ export class BatchRuntime {
     this.sweeper.unref();
   }
 
+  /**
+   * Queues a workflow that an outage paused again as soon as the database
+   * answers (backoff 0.5 s doubling to 10 s): its dead queue job is closed
+   * and a new one sent, and the run resumes from its checkpoints. The
+   * sweeper would find it too, but only once its lease has lapsed.
+   */
+  private resumeAfterOutage(workflowId: string, delayMs = 500): void {
+    if (!this.boss || this.resuming.has(workflowId)) return;
+    const timer = setTimeout(() => {
+      this.resuming.delete(workflowId);
+      void (async () => {
+        try {
+          await this.closeDeadJobs(workflowId);
+          await this.enqueue(workflowId);
+          this.log.info({ workflowId }, 'workflow paused by an outage queued again');
+        } catch (err) {
+          this.log.debug({ err, workflowId }, 'database still unavailable; workflow resumes later');
+          this.resumeAfterOutage(workflowId, Math.min(10_000, delayMs * 2));
+        }
+      })();
+    }, delayMs);
+    timer.unref();
+    this.resuming.set(workflowId, timer);
+  }
+
   async stop(): Promise<void> {
+    for (const t of this.resuming.values()) clearTimeout(t);
+    this.resuming.clear();
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = undefined;
     const boss = this.boss;
@@ -181,7 +210,6 @@ export class BatchRuntime {
       await boss
         .stop({ graceful: true, timeout: 5000, wait: true })
         .catch((err) => this.log.warn({ err }, 'pg-boss stop'));
-    await this.polls?.close();
     await this.store.close();
   }
 
@@ -259,14 +287,15 @@ export class BatchRuntime {
       language: normalizeLanguage(body.language),
       model: body.model,
       prompt: body.prompt,
-      segment_seconds: Math.max(body.segment_seconds ?? 300, this.d.config.batch.minSegmentSeconds),
-      response_format: body.response_format ?? 'verbose_json',
+      // Defaults come from the schema (ajv fills them in); the config bounds them.
+      segment_seconds: Math.max(body.segment_seconds, this.d.config.batch.minSegmentSeconds),
+      response_format: body.response_format,
       concurrency: Math.max(
         1,
-        Math.min(Math.floor(body.concurrency ?? 6) || 1, this.d.config.batch.maxConcurrency),
+        Math.min(Math.floor(body.concurrency) || 1, this.d.config.batch.maxConcurrency),
       ),
       webhook_url: body.webhook_url,
-      review: body.review ?? false,
+      review: body.review,
       metadata: body.metadata,
       max_audio_seconds: principal.limits.maxAudioSecondsPerRequest,
       max_window_seconds: principal.limits.maxAudioSecondsPerWindow,
@@ -291,21 +320,35 @@ export class BatchRuntime {
     };
   }
 
-  /**
-   * The poll response (interface 2.3) of the tenant's workflow as JSON text,
-   * ready-made in Postgres; undefined for unknown ids and other tenants' workflows.
-   */
-  async pollBody(ownerId: string, workflowId: string): Promise<string | undefined> {
-    const cfg = this.d.config;
-    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
-    this.polls ??= new PollReader(cfg.databaseUrl, cfg.batch.pollConnections, this.log);
-    return this.polls.body(workflowId, ownerId);
+  /** The poll response (interface 2.3) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
+  async poll(ownerId: string, workflowId: string): Promise<PollResponse | undefined> {
+    return this.polls.poll(workflowId, ownerId);
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */
   async readArtifact(ownerId: string, key: string): Promise<unknown | null> {
     return tenantStore(this.store, ownerId).getJson(key);
   }
+}
+
+/** pg-boss's schema (in `start`) and this plane's queues; idempotent. */
+async function createQueues(boss: PgBoss): Promise<void> {
+  await boss.start();
+  // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
+  await boss.createQueue(WORKFLOW_QUEUE, {
+    name: WORKFLOW_QUEUE,
+    policy: 'stately',
+    retryLimit: 3,
+    retryDelay: 5,
+    expireInSeconds: 4 * 3600,
+  });
+  await boss.createQueue(WEBHOOK_QUEUE, {
+    name: WEBHOOK_QUEUE,
+    policy: 'standard',
+    retryLimit: 2,
+    retryDelay: 30,
+    expireInSeconds: 600,
+  });
 }
 
 export function newWorkflowId(): string {

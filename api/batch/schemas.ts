@@ -59,7 +59,10 @@ export const jobRequestSchema = {
     review: { type: 'boolean', default: false, description: 'Run the two-stage review.' },
     metadata: {
       type: 'object',
-      description: 'Free-form context for the review stages, e.g. `{specialty, speaker_roles, known_terms}`.',
+      description:
+        'Free-form context for the review stages, e.g. `{specialty, speaker_roles, known_terms}`. ' +
+        'At most 64 KiB as JSON, 8 levels of nesting and 1000 distinct terms (BATCH_METADATA_MAX_BYTES, ' +
+        'BATCH_METADATA_MAX_DEPTH, BATCH_REVIEW_MAX_TERMS); more is refused with 400.',
     },
   },
 } as const;

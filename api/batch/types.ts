@@ -1,18 +1,13 @@
 /** Shapes of the batch plane (interface 2.1–2.5). */
+import type { FromSchema } from 'json-schema-to-ts';
+import type { jobRequestSchema } from './schemas.js';
 
-export interface JobRequest {
-  audio_url: string;
-  request_id?: string;
-  language?: string;
-  model?: string;
-  prompt?: string;
-  segment_seconds?: number;
-  response_format?: string;
-  concurrency?: number;
-  webhook_url?: string;
-  review?: boolean;
-  metadata?: Record<string, unknown>;
-}
+/**
+ * A job request as the validator leaves it (interface 2.2): derived from
+ * its JSON Schema, so defaulted fields (filled in by ajv's `useDefaults`)
+ * are present.
+ */
+export type JobRequest = FromSchema<typeof jobRequestSchema>;
 
 /** Parameters a workflow runs with (request plus resolved defaults). */
 export interface WorkflowParams {

@@ -17,15 +17,16 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { BatchConfig } from '../../shared/config/batch.js';
-import { OutboundClient } from '../../shared/net/index.js';
+import { OutboundClient, OutboundError } from '../../shared/net/index.js';
 import { type ArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { type SpeechEngine, SpeechError } from '../../shared/stt/types.js';
-import { recordUsage, windowUsage } from '../../shared/usage.js';
+import { isDependencyUnavailable } from '../../shared/process/index.js';
+import { windowUsage, type UsageLedger } from '../../shared/usage.js';
 import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
-import { LeaseLostError, PermanentError, ShutdownError } from './errors.js';
+import { LeaseLostError, PermanentError, ShutdownError, withoutPaths } from './errors.js';
 import * as metrics from './metrics.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
-import { annotateChunkOffline, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
+import { annotateChunkOfflineAsync, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
 import {
   energyEnvelope,
   energyEnvelopeOfFile,
@@ -41,10 +42,13 @@ import type { BatchResult, ChunkCheckpoint, ResultSegment, WorkflowParams } from
 export interface RunnerHooks {
   /** Called once per chunk right before it goes to the engine (tests count these). */
   onEngineCall?(workflowId: string, chunkIndex: number): void;
+  /** Called when a step's attempt starts and when it ends (tests watch the event loop during one). */
+  onStep?(workflowId: string, name: string, phase: 'start' | 'end'): void;
 }
 
 export interface RunnerDeps {
   db: Knex;
+  ledger: UsageLedger;
   repo: WorkflowRepo;
   store: ArtifactStore;
   speech: SpeechEngine;
@@ -60,6 +64,12 @@ export interface RunnerDeps {
   engineSlots: Semaphore;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
+  /**
+   * A run stopped because Postgres (or storage) became unreachable: the
+   * workflow is neither errored nor lost; the caller queues it again once
+   * the dependency answers, and it resumes from its checkpoints.
+   */
+  onOutage?(workflowId: string): void;
 }
 
 export const artifactPrefix = (requestId: string) => `transcription/${requestId}/`;
@@ -163,14 +173,23 @@ export class WorkflowRunner {
         log.info('workflow paused by shutdown; it resumes from its checkpoints on the next worker');
         return;
       }
+      if (isStoreOutage(err)) return this.pausedByOutage(workflowId, err, log);
       const e = err as Error;
-      const error = { name: e.name || 'Error', message: e.message || String(err) };
-      log.error({ err }, 'workflow errored');
-      if (row.params.webhook_url)
-        await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting').catch(() => {});
-      if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
-        metrics.finished.inc({ status: 'errored' });
-        await this.handOffWebhook(row, log);
+      const error = { name: e.name || 'Error', message: withoutPaths(e.message || String(err)) };
+      // The caller's input (URL, audio) is at fault: its message, never a stack with server paths.
+      if (err instanceof PermanentError || err instanceof OutboundError)
+        log.warn({ error }, 'workflow errored');
+      else log.error({ err }, 'workflow errored');
+      try {
+        if (row.params.webhook_url) await repo.stepSet(workflowId, 'webhook', 10_000, 'waiting');
+        if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
+          metrics.finished.inc({ status: 'errored' });
+          await this.handOffWebhook(row, log);
+        }
+      } catch (finishErr) {
+        // The failure could not be recorded (the database went away): the run is retried later.
+        if (isDependencyUnavailable(finishErr)) return this.pausedByOutage(workflowId, finishErr, log);
+        throw finishErr;
       }
     } finally {
       clearInterval(heartbeat);
@@ -178,7 +197,13 @@ export class WorkflowRunner {
     }
   }
 
-  /** Runs one step with its row in batch_steps; transient failures are retried here. */
+  /** A dependency outage stopped the run: give the lease back if possible and let the runtime requeue it. */
+  private async pausedByOutage(workflowId: string, err: unknown, log: Logger): Promise<void> {
+    log.warn({ err }, 'workflow paused: a dependency is unavailable; it resumes from its checkpoints');
+    await this.d.repo.release(workflowId, this.runnerId).catch(() => {});
+    this.d.onOutage?.(workflowId);
+  }
+
   /** Queues the first delivery; a failure here is not the workflow's: the sweeper queues it later (WEBHOOK_RECOVER_AFTER_SECONDS). */
   private async handOffWebhook(row: WorkflowRow, log: Logger): Promise<void> {
     if (!row.params.webhook_url) return;
@@ -189,6 +214,7 @@ export class WorkflowRunner {
     }
   }
 
+  /** Runs one step with its row in batch_steps; transient failures are retried here. */
   private async step<T>(
     row: WorkflowRow,
     name: string,
@@ -207,14 +233,21 @@ export class WorkflowRunner {
           (performance.now() - started) / 1000,
         );
       try {
-        const out = await fn();
+        this.d.hooks?.onStep?.(row.id, name, 'start');
+        const out = await fn().finally(() => this.d.hooks?.onStep?.(row.id, name, 'end'));
         await this.d.repo.stepSet(row.id, name, seq, 'complete');
         observe('complete');
         return out;
       } catch (err) {
         const retry =
           !signal.aborted && !(err instanceof PermanentError) && attempt < attempts && isRetryable(err);
-        await this.d.repo.stepSet(row.id, name, seq, retry ? 'waiting' : 'errored', (err as Error).message);
+        await this.d.repo.stepSet(
+          row.id,
+          name,
+          seq,
+          retry ? 'waiting' : 'errored',
+          withoutPaths(String((err as Error)?.message ?? err)),
+        );
         observe(retry ? 'retried' : 'errored');
         if (!retry) throw err;
         await sleep(Math.min(30_000, 500 * 2 ** (attempt - 1)));
@@ -378,12 +411,12 @@ export class WorkflowRunner {
     // Billed: the audio this workflow had transcribed (any of its runs); chunks reused from an
     // earlier workflow's checkpoints cost no engine time and are not billed again.
     const billed = ordered.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
-    await recordUsage(this.d.db, {
+    await this.d.ledger.record({
       keyId: row.key_id,
       plane: 'batch',
       audioSeconds: round3(billed),
       refId: row.id,
-    }).catch((err) => log.warn({ err }, 'usage not recorded'));
+    });
     await repo.saveOutput(row.id, { review: reviewOut, report, result });
   }
 
@@ -557,7 +590,9 @@ export class WorkflowRunner {
           log.warn({ err, chunk: c.index }, 'remote reviewer failed; offline annotation used');
         }
       }
-      r ??= annotateChunkOffline(c, p.metadata, config.review.lowConfidence);
+      r ??= await annotateChunkOfflineAsync(c, p.metadata, config.review.lowConfidence, {
+        maxTerms: config.review.maxTerms,
+      });
       await store.putJson(`${prefix}review_chunk_${c.index}.json`, r);
       reviews.push(r);
     }
@@ -671,6 +706,17 @@ export function engineAttemptTimeoutMs(
   seconds: number,
 ): number {
   return Math.round(config.engineTimeoutBaseMs + config.engineTimeoutPerAudioSecondMs * seconds);
+}
+
+/**
+ * Our own stores (Postgres, artifact storage) could not be reached: the run
+ * pauses and resumes later. The caller's audio URL or the speech engine being
+ * unreachable is the job's own failure, retried by its step and then reported.
+ */
+function isStoreOutage(err: unknown): boolean {
+  if (err instanceof OutboundError || err instanceof SpeechError || err instanceof PermanentError)
+    return false;
+  return isDependencyUnavailable(err);
 }
 
 function isRetryable(err: unknown): boolean {

@@ -3,8 +3,8 @@
  * admin routes (operator token). The key logic lives in shared/auth so the
  * realtime tier uses exactly the same rules.
  */
-import type { Context, Middleware, Next } from 'koa';
-import { Authenticator, type AuthFailure, type AuthResult, authFailure } from '../../shared/auth/index.js';
+import type { Middleware } from 'koa';
+import { Authenticator, type AuthFailure } from '../../shared/auth/index.js';
 import { safeEqual } from '../../shared/auth/keys.js';
 import { ApiError } from './errors.js';
 
@@ -16,44 +16,16 @@ export function authError(f: AuthFailure): ApiError {
   });
 }
 
-/**
- * The last well-formed Authorization header of a keep-alive connection and
- * its key's hash: a client sends the same key on every request of a
- * connection, so the SHA-256 is computed once per connection, not per request.
- * Kept on the socket, so it goes when the connection does. Only the lookup is
- * saved: every request is still checked against the key cache (revocation).
- */
-const LAST_KEY = Symbol('stt.lastApiKey');
-type KeyedSocket = { [LAST_KEY]?: { header: string; hash: string } };
-
-/**
- * Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. Not an
- * async function: a cached key is answered at once and the call passed on
- * without a promise of its own (koa-compose turns a synchronous throw into a
- * rejection).
- */
+/** Requires `Authorization: Bearer sk-…`; sets ctx.state.principal. */
 export function requireApiKey(auth: Authenticator): Middleware {
-  const admit = (ctx: Context, next: Next, result: AuthResult) => {
+  return async (ctx, next) => {
+    const { token, failure } = Authenticator.bearer(ctx.get('authorization') || undefined);
+    if (failure) throw authError(failure);
+    // Session tokens are for the realtime upgrade only; HTTP routes take API keys.
+    const result = await auth.authenticateApiKey(token!);
     if (!result.ok) throw authError(result);
     ctx.state.principal = result.principal;
-    return next();
-  };
-  return (ctx, next) => {
-    const header = ctx.req.headers.authorization;
-    const socket = (ctx.req.socket ?? {}) as unknown as KeyedSocket;
-    let hash =
-      header !== undefined && socket[LAST_KEY]?.header === header ? socket[LAST_KEY].hash : undefined;
-    if (hash === undefined) {
-      const { token, failure } = Authenticator.bearer(header);
-      if (failure) throw authError(failure);
-      // Session tokens are for the realtime upgrade only; HTTP routes take API keys.
-      hash = auth.keyHash(token!);
-      if (hash === undefined) throw authError(authFailure('invalid_api_key'));
-      socket[LAST_KEY] = { header: header!, hash };
-    }
-    const result = auth.checkKeyHash(hash);
-    // The key store is asked only when the cache entry is stale.
-    return result instanceof Promise ? result.then((r) => admit(ctx, next, r)) : admit(ctx, next, result);
+    await next();
   };
 }
 

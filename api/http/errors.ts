@@ -8,6 +8,7 @@
  * - admin:  `{ok: false, error: {code, message, retryable}}`
  */
 import type { Context, Middleware, Next } from 'koa';
+import { isDependencyUnavailable } from '../../shared/process/index.js';
 
 export type Plane = 'api' | 'batch' | 'admin';
 
@@ -57,41 +58,17 @@ export function usePlane(plane: Plane): Middleware {
   };
 }
 
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  'EPIPE',
-  '57P01', // admin_shutdown
-  '57P03', // cannot_connect_now
-  '53300', // too_many_connections
-  '08006',
-  '08001',
-  '08003',
-]);
-
-/** True for errors that mean the database (or Redis) could not be reached. */
 /** Postgres "data exception" class (22xxx: a NUL byte in text, a malformed value): the input's fault. */
 export function isDataException(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   return typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code);
 }
 
-export function isStoreUnavailable(err: unknown): boolean {
-  const e = err as { code?: string; name?: string; message?: string; errors?: unknown[] };
-  if (!e || typeof e !== 'object') return false;
-  if (e.code && UNAVAILABLE_CODES.has(e.code)) return true;
-  if (e.name === 'KnexTimeoutError') return true;
-  if (Array.isArray(e.errors) && e.errors.some(isStoreUnavailable)) return true;
-  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(
-    e.message ?? '',
-  );
-}
+/** True for errors that mean the database (or Redis, S3, an engine) could not be reached. */
+export const isStoreUnavailable = isDependencyUnavailable;
 
 /** Translates errors thrown by body parsers and the like into ApiErrors. */
-export function toApiError(err: unknown, plane: Plane): ApiError {
+export function toApiError(err: unknown, plane: Plane, retryAfterSeconds = 5): ApiError {
   if (err instanceof ApiError) return err;
   const e = err as {
     status?: number;
@@ -118,22 +95,24 @@ export function toApiError(err: unknown, plane: Plane): ApiError {
       plane === 'admin' ? 500 : 503,
       'store_unavailable',
       'The data store is unavailable; try again shortly.',
-      {
-        retryable: true,
-      },
+      { retryable: true, headers: { 'Retry-After': String(retryAfterSeconds) } },
     );
   }
   return new ApiError(500, 'internal_error', 'An internal error occurred.', { retryable: true });
 }
 
-/** Catches every error below it and renders it in the current plane's shape; never leaks a stack. */
-export function errorHandler(): Middleware {
+/**
+ * Catches every error below it and renders it in the current plane's shape;
+ * never leaks a stack. A dependency that is down answers 503 (admin: 500, as
+ * the interface fixes) with Retry-After `retryAfterSeconds`.
+ */
+export function errorHandler(opts: { retryAfterSeconds?: number } = {}): Middleware {
   return async (ctx: Context, next: Next) => {
     try {
       await next();
     } catch (raw) {
       const plane: Plane = ctx.state.plane ?? 'api';
-      const err = toApiError(raw, plane);
+      const err = toApiError(raw, plane, opts.retryAfterSeconds);
       if (err.status >= 500) ctx.state.log?.error({ err: raw, code: err.code }, 'request failed');
       else ctx.state.log?.info({ code: err.code, status: err.status }, 'request refused');
       ctx.status = err.status;

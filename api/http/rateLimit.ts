@@ -1,5 +1,5 @@
-import type { Context, Middleware, Next } from 'koa';
-import type { LimitsDriver, RateBucket, RateDecision } from '../../shared/limits/index.js';
+import type { Middleware } from 'koa';
+import type { LimitsDriver, RateBucket } from '../../shared/limits/index.js';
 import type { Principal } from '../../shared/auth/index.js';
 import { ApiError } from './errors.js';
 
@@ -24,33 +24,21 @@ export const PLAN_REQUESTS: RateLimitPolicy = {
  * maxRequestsPerMinute; other buckets (job polls) pass their own policy.
  */
 export function requestRateLimit(limits: LimitsDriver, policy: RateLimitPolicy = PLAN_REQUESTS): Middleware {
-  const decide = (ctx: Context, next: Next, d: RateDecision, perMinute: number) => {
-    // Straight to Node: nothing has been sent yet, and Koa's ctx.set allocates per call.
-    ctx.res.setHeader('X-RateLimit-Limit', String(d.limit));
-    ctx.res.setHeader('X-RateLimit-Remaining', String(d.remaining));
+  return async (ctx, next) => {
+    const principal = ctx.state.principal as Principal;
+    const perMinute = policy.perMinute(principal);
+    if (perMinute === undefined) return next();
+    const d = await limits.consume(policy.bucket, principal.keyId, perMinute);
+    ctx.set('X-RateLimit-Limit', String(d.limit));
+    ctx.set('X-RateLimit-Remaining', String(d.remaining));
     if (!d.allowed) {
-      const retryAfter = String(Math.ceil(d.retryAfterMs / 1000));
       throw new ApiError(
         429,
         'rate_limit_exceeded',
         `Rate limit of ${perMinute} ${policy.what} per minute exceeded.`,
-        {
-          retryable: true,
-          headers: { 'Retry-After': retryAfter },
-        },
+        { retryable: true, headers: { 'Retry-After': String(Math.ceil(d.retryAfterMs / 1000)) } },
       );
     }
-    return next();
-  };
-  // Not async, like requireApiKey: most requests are decided from this instance's reservation at once.
-  return (ctx, next) => {
-    const principal = ctx.state.principal as Principal;
-    const perMinute = policy.perMinute(principal);
-    if (perMinute === undefined) return next();
-    const d = limits.consumeNow(policy.bucket, principal.keyId, perMinute);
-    // Redis is asked only when this instance's reservation is spent.
-    return d instanceof Promise
-      ? d.then((x) => decide(ctx, next, x, perMinute))
-      : decide(ctx, next, d, perMinute);
+    await next();
   };
 }

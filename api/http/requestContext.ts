@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
-import { accessLogWriter, scrubSecrets } from '../../shared/logger.js';
+import { scrubSecrets } from '../../shared/logger.js';
 import { observeRequest } from './metrics.js';
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -37,7 +37,6 @@ export function requestContext(
   logger: Logger,
   opts: { sample?: number; metrics?: boolean } = {},
 ): Middleware {
-  const accessLog = accessLogWriter(logger);
   const sample = opts.sample ?? 1;
   const metrics = opts.metrics ?? false;
   return async (ctx, next) => {
@@ -56,11 +55,20 @@ export function requestContext(
       const status = ctx.status;
       const elapsed = performance.now() - started;
       if (metrics) observeRequest(ctx, status, elapsed / 1000);
-      if (accessLog && (sample >= 1 || status >= 400 || Math.random() < sample)) {
-        // Path only: query strings may carry tokens.
-        const ms = Math.round(elapsed * 10) / 10;
-        const keyId = (ctx.state.principal as { keyId?: string } | undefined)?.keyId;
-        accessLog(requestId, ctx.method, ctx.path, status, ms, keyId, sample);
+      if ((sample >= 1 || status >= 400 || Math.random() < sample) && logger.isLevelEnabled('info')) {
+        logger.info(
+          {
+            reqId: requestId,
+            method: ctx.method,
+            path: ctx.path, // path only: query strings may carry tokens
+            status,
+            ms: Math.round(elapsed * 10) / 10,
+            keyId: (ctx.state.principal as { keyId?: string } | undefined)?.keyId,
+            // The share of successful requests logged, so a reader can scale counts; omitted at 1.
+            sample: sample < 1 ? sample : undefined,
+          },
+          'request',
+        );
       }
     }
   };

@@ -3,30 +3,12 @@
  * the OpenAPI document is generated from (api/openapi), so documentation and
  * validation cannot drift apart.
  */
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import addFormatsModule from 'ajv-formats';
+import type { ErrorObject } from 'ajv';
 import type { Middleware } from 'koa';
+import { compile } from '../../shared/validation.js';
 import { ApiError } from './errors.js';
 
-// ajv-formats is CommonJS; its default export arrives wrapped under ESM.
-const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as (
-  a: Ajv,
-) => Ajv;
-
-export const ajv = addFormats(
-  new Ajv({ allErrors: false, useDefaults: true, strict: false, coerceTypes: false }),
-);
-
-const compiled = new WeakMap<object, ValidateFunction>();
-
-export function compile(schema: object): ValidateFunction {
-  let v = compiled.get(schema);
-  if (!v) {
-    v = ajv.compile(schema);
-    compiled.set(schema, v);
-  }
-  return v;
-}
+export { ajv, compile } from '../../shared/validation.js';
 
 export function describeAjvError(e: ErrorObject | undefined, where: string): string {
   if (!e) return `${where} is invalid.`;

@@ -23,7 +23,39 @@ export interface AudioUpload {
   fields: Record<string, string>;
 }
 
-const MAX_FIELDS_BYTES = 64 * 1024;
+/** Limits of the non-file part of an upload (decisions: Segment uploads). */
+export const MAX_FIELDS_BYTES = 64 * 1024;
+export const MAX_FIELDS = 100;
+export const MAX_FILES = 4;
+
+/**
+ * Maps a multipart parser failure to the limit it hit. The message is ours,
+ * never the parser's (which names its own options and may name a temp path).
+ */
+function uploadError(err: unknown, maxFileBytes: number): UploadError {
+  const code = (err as { code?: unknown })?.code;
+  switch (code) {
+    case 1009: // total file bytes
+    case 1016: // one file's bytes
+      return new UploadError(413, 'file_too_large', `The upload exceeds the limit of ${maxFileBytes} bytes.`);
+    case 1015:
+      return new UploadError(413, 'too_many_files', `A multipart body may carry at most ${MAX_FILES} files.`);
+    case 1007:
+      return new UploadError(
+        413,
+        'too_many_fields',
+        `A multipart body may carry at most ${MAX_FIELDS} fields.`,
+      );
+    case 1006:
+      return new UploadError(
+        413,
+        'fields_too_large',
+        `The multipart fields exceed ${MAX_FIELDS_BYTES} bytes in total.`,
+      );
+    default:
+      return new UploadError(400, 'invalid_multipart', 'The multipart body could not be read (malformed).');
+  }
+}
 
 export function isMultipart(ctx: Context): boolean {
   return Boolean(ctx.request.is('multipart/form-data'));
@@ -44,7 +76,8 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
     text: false,
     patchKoa: true,
     formidable: {
-      maxFiles: 4,
+      maxFiles: MAX_FILES,
+      maxFields: MAX_FIELDS,
       maxFileSize: maxFileBytes,
       maxTotalFileSize: maxFileBytes,
       maxFieldsSize: MAX_FIELDS_BYTES,
@@ -62,20 +95,7 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
       },
     },
     onError: (err) => {
-      const e = err as { code?: number; httpCode?: number; message?: string };
-      if (e.code === 1009 || e.code === 1016 || e.httpCode === 413) {
-        failure = new UploadError(
-          413,
-          'file_too_large',
-          `The upload exceeds the limit of ${maxFileBytes} bytes.`,
-        );
-      } else {
-        failure = new UploadError(
-          400,
-          'invalid_multipart',
-          `The multipart body could not be read: ${e.message ?? 'malformed'}.`,
-        );
-      }
+      failure = uploadError(err, maxFileBytes);
       throw failure;
     },
   });

@@ -64,8 +64,6 @@ export interface AuthenticatorOptions {
 interface CacheEntry {
   row: KeyRow | null;
   at: number;
-  /** The answer for an active key, made on first use and shared (frozen) by the requests that hit this entry. */
-  admitted?: AuthResult;
 }
 
 /** Cached lookups and the lookups in flight, by hash or by id. */
@@ -112,39 +110,15 @@ export class Authenticator {
     return { token: m[1] };
   }
 
-  async authenticateApiKey(key: string): Promise<AuthResult> {
-    return this.checkApiKey(key);
-  }
-
   /**
-   * `authenticateApiKey` without waiting when the answer is already known (a
-   * malformed key, or a lookup cached less than `keyCacheTtlMs` ago, which is
-   * almost every request of a busy key): the result itself, else a promise.
-   * The HTTP middleware uses this so a cached key costs no extra turns.
+   * A lookup cached less than `keyCacheTtlMs` ago (almost every request of a
+   * busy key) is answered from memory; otherwise the key store is asked.
    */
-  checkApiKey(key: string): AuthResult | Promise<AuthResult> {
-    const hash = this.keyHash(key);
-    return hash === undefined ? authFailure('invalid_api_key') : this.checkKeyHash(hash);
-  }
-
-  /** The stored hash of a well-formed API key; undefined for a malformed one. */
-  keyHash(key: string): string | undefined {
-    return looksLikeApiKey(key) ? hashApiKey(key) : undefined;
-  }
-
-  /** `checkApiKey` for a key already hashed with `keyHash` (callers may keep the hash of a key they see again). */
-  checkKeyHash(hash: string): AuthResult | Promise<AuthResult> {
+  async authenticateApiKey(key: string): Promise<AuthResult> {
+    if (!looksLikeApiKey(key)) return authFailure('invalid_api_key');
+    const hash = hashApiKey(key);
     const hit = this.fresh(this.byHash, hash, this.findByHash);
-    if (hit) {
-      if (hit.admitted && effectiveStatus(hit.row!) === 'active') {
-        this.lastUsed.set(hit.row!.id, Date.now());
-        return hit.admitted;
-      }
-      const result = this.principalFor(hit.row, 'api_key');
-      if (result.ok) hit.admitted = Object.freeze({ ok: true, principal: Object.freeze(result.principal) });
-      return result;
-    }
-    return this.loadApiKey(hash);
+    return hit ? this.principalFor(hit.row, 'api_key') : this.loadApiKey(hash);
   }
 
   private async loadApiKey(hash: string): Promise<AuthResult> {

@@ -42,6 +42,16 @@ export interface ReviewerConfig {
   timeoutMs: number;
   /** Words below this engine confidence are flagged by the offline annotator. */
   lowConfidence: number;
+  /** Most distinct terms a job's `metadata` may hold (more: 400 at submission). */
+  maxTerms: number;
+}
+
+/** Bounds of a job's `metadata` (checked at submission; decisions: Batch input limits). */
+export interface MetadataLimits {
+  /** Serialized size in bytes. */
+  maxBytes: number;
+  /** Levels of nesting below `metadata` itself. */
+  maxDepth: number;
 }
 
 export interface WebhookConfig {
@@ -100,8 +110,6 @@ export interface BatchConfig {
    */
   engineTimeoutBaseMs: number;
   engineTimeoutPerAudioSecondMs: number;
-  /** Pipelined Postgres connections of one API process that serve polls. */
-  pollConnections: number;
   /** Audio download caps. */
   maxAudioBytes: number;
   fetchTimeoutMs: number;
@@ -112,6 +120,7 @@ export interface BatchConfig {
   storage: ArtifactStoreConfig;
   outbound: OutboundConfig;
   review: ReviewerConfig;
+  metadata: MetadataLimits;
   webhook: WebhookConfig;
 }
 
@@ -144,7 +153,6 @@ export function batchConfig(env: Env): BatchConfig {
     chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
     engineTimeoutBaseMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS', 30_000, 1),
     engineTimeoutPerAudioSecondMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
-    pollConnections: int(env, 'BATCH_POLL_CONNECTIONS', 2, 1),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
     decodeTimeoutMs: int(env, 'BATCH_DECODE_TIMEOUT_MS', 10 * 60_000, 100),
@@ -176,6 +184,11 @@ export function batchConfig(env: Env): BatchConfig {
       stages: (stages.length ? stages : ['annotate', 'correct']) as ('annotate' | 'correct')[],
       timeoutMs: int(env, 'REVIEW_TIMEOUT_MS', 60_000, 100),
       lowConfidence: num(env, 'REVIEW_LOW_CONFIDENCE', 0.5, 0),
+      maxTerms: int(env, 'BATCH_REVIEW_MAX_TERMS', 1000, 1, 100_000),
+    },
+    metadata: {
+      maxBytes: int(env, 'BATCH_METADATA_MAX_BYTES', 64 * 1024, 2, 16 * 1024 * 1024),
+      maxDepth: int(env, 'BATCH_METADATA_MAX_DEPTH', 8, 1, 1000),
     },
     webhook: {
       secret: str(env, 'WEBHOOK_SECRET'),

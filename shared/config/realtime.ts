@@ -73,6 +73,13 @@ export interface RealtimeConfig {
   maxSpeechMsCap: number;
   /** Graceful closes (limits, shutdown) wait at most this long for utterances in flight. */
   closeDrainMs: number;
+  /**
+   * Per-instance admission under overload: new sessions are refused (503
+   * upstream_unavailable with Retry-After) while this instance holds
+   * `maxSessions` sessions or `maxQueuedUtterances` utterances wait for the
+   * speech engine; sessions already open keep their utterances. 0 = no limit.
+   */
+  overload: { maxSessions: number; maxQueuedUtterances: number; retryAfterSeconds: number };
   /** With a remote worker pool, run the speech client in a worker thread (off the WebSocket loop). */
   engineThread: boolean;
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
@@ -108,6 +115,11 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     leaseRenewMs: int(env, 'REALTIME_LEASE_RENEW_MS', 5_000, 100),
     tickMs: int(env, 'REALTIME_TICK_MS', 1000, 10),
     closeDrainMs: int(env, 'REALTIME_CLOSE_DRAIN_MS', 10_000, 0),
+    overload: {
+      maxSessions: int(env, 'REALTIME_MAX_SESSIONS', 500, 0),
+      maxQueuedUtterances: int(env, 'REALTIME_MAX_QUEUED_UTTERANCES', 64, 0),
+      retryAfterSeconds: int(env, 'REALTIME_OVERLOAD_RETRY_AFTER_SECONDS', 2, 1),
+    },
     breaker: {
       failureThreshold: int(env, 'REALTIME_BREAKER_FAILURES', 5, 1),
       openMs: int(env, 'REALTIME_BREAKER_OPEN_MS', 10_000, 100),

@@ -71,20 +71,31 @@ export function migrationConfig(): Knex.MigratorConfig {
   return { migrationSource: new ExtensionlessMigrationSource(), tableName: 'knex_migrations' };
 }
 
-export async function migrateLatest(db: Knex): Promise<string[]> {
-  // The advisory lock lives on one pinned connection for the whole run.
+/**
+ * Runs `fn` holding the migration advisory lock (on one pinned connection), so
+ * that start-up schema work of instances starting together runs one at a time:
+ * knex migrations, and pg-boss's own schema and queue creation, which deadlock
+ * against each other when two processes run them at once.
+ */
+export async function withMigrationLock<T>(db: Knex, fn: () => Promise<T>): Promise<T> {
   const conn = await db.client.acquireConnection();
   try {
     await conn.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
     try {
-      const [, applied] = (await db.migrate.latest(migrationConfig())) as [number, string[]];
-      return applied;
+      return await fn();
     } finally {
       await conn.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
     }
   } finally {
     await db.client.releaseConnection(conn);
   }
+}
+
+export async function migrateLatest(db: Knex): Promise<string[]> {
+  return withMigrationLock(db, async () => {
+    const [, applied] = (await db.migrate.latest(migrationConfig())) as [number, string[]];
+    return applied;
+  });
 }
 
 /** True when the database answers a trivial query within the timeout. */

@@ -68,3 +68,41 @@ export async function startEmbeddedPostgres(
   logger.info({ port }, 'embedded Postgres running');
   return { url, stop: () => server.stop() };
 }
+
+/**
+ * Stops a Postgres server still running on this data directory (its
+ * supervisor was killed, or it hangs): the PID in `postmaster.pid` gets a
+ * fast shutdown (SIGINT), then SIGKILL after 10 s. Nothing when none runs.
+ */
+export async function stopOrphanedPostgres(dataDir: string, logger: Logger): Promise<void> {
+  const pidFile = path.join(dataDir, 'pg', 'postmaster.pid');
+  let pid: number;
+  try {
+    pid = Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]);
+  } catch {
+    return;
+  }
+  const running = () => {
+    try {
+      // Our server, not a process that reused the PID.
+      return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('postgres');
+    } catch {
+      return false;
+    }
+  };
+  if (!Number.isInteger(pid) || pid <= 1 || !running()) return;
+  logger.warn({ pid }, 'stopping a Postgres server left running on the data directory');
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      /* already gone */
+    }
+  };
+  signal('SIGINT');
+  for (let waited = 0; running(); waited += 100) {
+    if (waited === 10_000) signal('SIGKILL');
+    if (waited > 15_000) throw new Error(`Postgres (pid ${pid}) did not stop`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

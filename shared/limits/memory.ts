@@ -11,10 +11,6 @@ export class MemoryLimits implements LimitsDriver {
     return this.rates.consume(bucket, owner, perMinute);
   }
 
-  consumeNow(bucket: RateBucket, owner: string, perMinute: number): RateDecision | Promise<RateDecision> {
-    return this.rates.consumeNow(bucket, owner, perMinute);
-  }
-
   private live(scope: string, owner: string): Map<string, number> {
     const k = `${scope}:${owner}`;
     let m = this.leases.get(k);

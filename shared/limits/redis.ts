@@ -68,10 +68,6 @@ export class RedisLimits implements LimitsDriver {
     return this.rates.consume(bucket, owner, perMinute);
   }
 
-  consumeNow(bucket: RateBucket, owner: string, perMinute: number): RateDecision | Promise<RateDecision> {
-    return this.rates.consumeNow(bucket, owner, perMinute);
-  }
-
   async acquireLease(req: LeaseRequest): Promise<boolean> {
     const r = await this.redis.eval(
       ACQUIRE,

@@ -34,8 +34,6 @@ export interface LimitsDriver {
   readonly kind: 'memory' | 'redis';
   /** Consume one point of a per-minute bucket sized `perMinute` for `owner`. */
   consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision>;
-  /** `consume`, but the decision itself when this instance can make it without a round trip (hot paths); else a promise. */
-  consumeNow(bucket: RateBucket, owner: string, perMinute: number): RateDecision | Promise<RateDecision>;
   /** Take a slot if fewer than `max` unexpired leases exist; true when taken (or already held). */
   acquireLease(req: LeaseRequest): Promise<boolean>;
   /** Extend a held lease; false when it had expired and was taken by nobody (caller may re-acquire). */

@@ -97,7 +97,7 @@ export class OutboundClient {
         if (ok.length === 0) {
           const e = new OutboundError(
             'blocked_destination',
-            `Destination ${host} resolves to a non-public address.`,
+            `Destination ${host} resolves to a non-public address (the server setting OUTBOUND_ALLOW lists allowed ones).`,
           );
           return callback(e);
         }
@@ -135,7 +135,10 @@ export class OutboundClient {
     const bareHost = host.startsWith('[') ? host.slice(1, -1) : host;
     if (isIpLiteral(bareHost) && !this.policy.addressAllowed(bareHost, host)) {
       return Promise.reject(
-        new OutboundError('blocked_destination', `Destination ${host} is not a public address.`),
+        new OutboundError(
+          'blocked_destination',
+          `Destination ${host} is not a public address (the server setting OUTBOUND_ALLOW lists allowed ones).`,
+        ),
       );
     }
     const remaining = deadline - Date.now();

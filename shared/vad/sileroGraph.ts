@@ -25,177 +25,69 @@
  * graph (probabilities agree to ~1e-6; flags checked in
  * test/bench/realtime/silero-batch.ts and test/vad/batch.test.ts).
  */
+import onnxProto from 'onnx-proto';
+import type { onnx as OnnxTypes } from 'onnx-proto';
 
-// ---- minimal protobuf (the subset of ONNX's ModelProto used here) --------------------------------
+// ---- ONNX models through onnx-proto (ONNX's protobuf schema, compiled by protobufjs) ---------------
 
-type Field = { no: number; wire: number; varint?: bigint; bytes?: Uint8Array; fixed32?: number };
-
-function readVarint(b: Uint8Array, pos: { p: number }): bigint {
-  let r = 0n;
-  let shift = 0n;
-  for (;;) {
-    const x = b[pos.p++];
-    r |= BigInt(x & 0x7f) << shift;
-    if (x < 0x80) return r;
-    shift += 7n;
-  }
-}
-
-function fields(b: Uint8Array): Field[] {
-  const out: Field[] = [];
-  const pos = { p: 0 };
-  while (pos.p < b.length) {
-    const key = Number(readVarint(b, pos));
-    const no = key >>> 3;
-    const wire = key & 7;
-    if (wire === 0) out.push({ no, wire, varint: readVarint(b, pos) });
-    else if (wire === 2) {
-      const len = Number(readVarint(b, pos));
-      out.push({ no, wire, bytes: b.subarray(pos.p, pos.p + len) });
-      pos.p += len;
-    } else if (wire === 5) {
-      out.push({ no, wire, fixed32: new DataView(b.buffer, b.byteOffset + pos.p, 4).getFloat32(0, true) });
-      pos.p += 4;
-    } else if (wire === 1) pos.p += 8;
-    else throw new Error(`silero graph: unsupported protobuf wire type ${wire}`);
-  }
-  return out;
-}
-
-const str = (f: Field | undefined) => (f?.bytes ? Buffer.from(f.bytes).toString('utf8') : '');
+const { onnx } = onnxProto;
+type Tensor = OnnxTypes.ITensorProto;
+type Graph = OnnxTypes.IGraphProto;
+type ValueInfo = OnnxTypes.IValueInfoProto;
+const FLOAT = onnx.TensorProto.DataType.FLOAT;
 
 interface Weight {
   dims: number[];
   data: Float32Array;
 }
 
-/** TensorProto -> float tensor (raw_data or float_data). */
-function tensorOf(b: Uint8Array): Weight {
-  const fs = fields(b);
-  const dims: number[] = [];
-  let data: Float32Array | null = null;
-  const floats: number[] = [];
-  for (const f of fs) {
-    if (f.no === 1) {
-      if (f.varint !== undefined) dims.push(Number(f.varint));
-      else {
-        const pos = { p: 0 };
-        while (pos.p < f.bytes!.length) dims.push(Number(readVarint(f.bytes!, pos)));
-      }
-    } else if (f.no === 2 && Number(f.varint) !== 1) {
-      throw new Error('silero graph: expected a float tensor');
-    } else if (f.no === 9) {
-      data = new Float32Array(f.bytes!.slice().buffer);
-    } else if (f.no === 4) {
-      if (f.fixed32 !== undefined) floats.push(f.fixed32);
-      else {
-        const v = f.bytes!;
-        for (let i = 0; i + 4 <= v.length; i += 4)
-          floats.push(new DataView(v.buffer, v.byteOffset + i, 4).getFloat32(0, true));
-      }
-    }
-  }
-  return { dims, data: data ?? Float32Array.from(floats) };
+/** A float tensor's dimensions and values (raw_data or float_data). */
+function tensorOf(t: Tensor): Weight {
+  if (t.dataType !== FLOAT) throw new Error('silero graph: expected a float tensor');
+  const dims = (t.dims ?? []).map(Number);
+  const raw = t.rawData;
+  const data =
+    raw && raw.length > 0
+      ? new Float32Array(raw.slice().buffer, 0, raw.length / 4)
+      : Float32Array.from(t.floatData ?? []);
+  return { dims, data };
 }
 
-/** Every `Constant` tensor of the model, subgraphs included, by output name. */
-function constants(model: Uint8Array): Map<string, Uint8Array> {
-  const found = new Map<string, Uint8Array>();
-  const walkGraph = (g: Uint8Array) => {
-    for (const f of fields(g)) {
-      if (f.no === 5) found.set(str(fields(f.bytes!).find((x) => x.no === 8)), f.bytes!); // initializer
-      if (f.no !== 1) continue;
-      const node = fields(f.bytes!);
-      const op = str(node.find((x) => x.no === 4));
-      const output = str(node.find((x) => x.no === 2));
-      for (const a of node.filter((x) => x.no === 5)) {
-        const attr = fields(a.bytes!);
-        const t = attr.find((x) => x.no === 5);
-        const sub = attr.find((x) => x.no === 6);
-        if (op === 'Constant' && t) found.set(output, t.bytes!);
-        if (sub) walkGraph(sub.bytes!);
+/** Every initializer and `Constant` tensor of the model, subgraphs included, by output name. */
+function constants(model: Uint8Array): Map<string, Tensor> {
+  const found = new Map<string, Tensor>();
+  const walkGraph = (g: Graph) => {
+    for (const t of g.initializer ?? []) found.set(t.name ?? '', t);
+    for (const node of g.node ?? []) {
+      for (const attr of node.attribute ?? []) {
+        if (node.opType === 'Constant' && attr.t) found.set(node.output?.[0] ?? '', attr.t);
+        if (attr.g) walkGraph(attr.g);
       }
     }
   };
-  const graph = fields(model).find((f) => f.no === 7);
+  const { graph } = onnx.ModelProto.decode(model);
   if (!graph) throw new Error('silero graph: no graph in the model file');
-  walkGraph(graph.bytes!);
+  walkGraph(graph);
   return found;
 }
 
-class Writer {
-  private parts: Uint8Array[] = [];
-  private size = 0;
-  private push(b: Uint8Array): void {
-    this.parts.push(b);
-    this.size += b.length;
-  }
-  private varintBytes(v: bigint | number): Uint8Array {
-    let x = BigInt(v);
-    if (x < 0n) x += 1n << 64n;
-    const out: number[] = [];
-    do {
-      let byte = Number(x & 0x7fn);
-      x >>= 7n;
-      if (x > 0n) byte |= 0x80;
-      out.push(byte);
-    } while (x > 0n);
-    return Uint8Array.from(out);
-  }
-  varint(no: number, v: bigint | number): this {
-    this.push(this.varintBytes(no << 3));
-    this.push(this.varintBytes(v));
-    return this;
-  }
-  bytes(no: number, b: Uint8Array): this {
-    this.push(this.varintBytes((no << 3) | 2));
-    this.push(this.varintBytes(b.length));
-    this.push(b);
-    return this;
-  }
-  string(no: number, s: string): this {
-    return this.bytes(no, Buffer.from(s, 'utf8'));
-  }
-  message(no: number, w: Writer): this {
-    return this.bytes(no, w.finish());
-  }
-  finish(): Uint8Array {
-    const out = new Uint8Array(this.size);
-    let off = 0;
-    for (const p of this.parts) {
-      out.set(p, off);
-      off += p.length;
-    }
-    return out;
-  }
+function tensorProto(name: string, dims: number[], data: Float32Array | BigInt64Array): Tensor {
+  return {
+    name,
+    dims,
+    dataType: data instanceof Float32Array ? FLOAT : onnx.TensorProto.DataType.INT64,
+    rawData: new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+  };
 }
 
-// ONNX enums and field numbers.
-const FLOAT = 1;
-const INT64 = 7;
-const ATTR_INT = 2;
-const ATTR_INTS = 7;
-
-function tensorProto(name: string, dims: number[], data: Float32Array | BigInt64Array): Writer {
-  const w = new Writer();
-  for (const d of dims) w.varint(1, d);
-  w.varint(2, data instanceof Float32Array ? FLOAT : INT64);
-  w.string(8, name);
-  w.bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-  return w;
-}
-
-function valueInfo(name: string, dims: (number | string)[]): Writer {
-  const shape = new Writer();
-  for (const d of dims)
-    shape.message(1, typeof d === 'number' ? new Writer().varint(1, d) : new Writer().string(2, d));
-  const tensorType = new Writer().varint(1, FLOAT).message(2, shape);
-  return new Writer().string(1, name).message(2, new Writer().message(1, tensorType));
+function valueInfo(name: string, dims: (number | string)[]): ValueInfo {
+  const dim = dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d }));
+  return { name, type: { tensorType: { elemType: FLOAT, shape: { dim } } } };
 }
 
 class GraphBuilder {
-  private readonly nodes: Writer[] = [];
-  private readonly inits: Writer[] = [];
+  private readonly nodes: OnnxTypes.INodeProto[] = [];
+  private readonly inits: Tensor[] = [];
   private n = 0;
 
   init(name: string, dims: number[], data: Float32Array | BigInt64Array): string {
@@ -213,22 +105,11 @@ class GraphBuilder {
     attrs: Record<string, number | number[]> = {},
     output = `t${this.n++}`,
   ): string {
-    const w = new Writer();
-    for (const i of inputs) w.string(1, i);
-    w.string(2, output);
-    w.string(3, output);
-    w.string(4, type);
-    for (const [k, v] of Object.entries(attrs)) {
-      const a = new Writer().string(1, k);
-      if (Array.isArray(v)) {
-        for (const x of v) a.varint(8, x);
-        a.varint(20, ATTR_INTS);
-      } else {
-        a.varint(3, v).varint(20, ATTR_INT);
-      }
-      w.message(5, a);
-    }
-    this.nodes.push(w);
+    const { INT, INTS } = onnx.AttributeProto.AttributeType;
+    const attribute = Object.entries(attrs).map(([name, v]) =>
+      Array.isArray(v) ? { name, ints: v, type: INTS } : { name, i: v, type: INT },
+    );
+    this.nodes.push({ input: inputs, output: [output], name: output, opType: type, attribute });
     return output;
   }
 
@@ -236,19 +117,13 @@ class GraphBuilder {
     return this.op('Slice', [x, this.ints([start]), this.ints([end]), this.ints([axis]), this.ints([step])]);
   }
 
-  model(inputs: Writer[], outputs: Writer[]): Uint8Array {
-    const g = new Writer();
-    for (const n of this.nodes) g.message(1, n);
-    g.string(2, 'silero_vad_v5_batched');
-    for (const i of this.inits) g.message(5, i);
-    for (const i of inputs) g.message(11, i);
-    for (const o of outputs) g.message(12, o);
-    return new Writer()
-      .varint(1, 8) // ir_version
-      .string(2, 'stt-service')
-      .message(7, g)
-      .message(8, new Writer().string(1, '').varint(2, 17))
-      .finish();
+  model(input: ValueInfo[], output: ValueInfo[]): Uint8Array {
+    return onnx.ModelProto.encode({
+      irVersion: 8,
+      producerName: 'stt-service',
+      graph: { node: this.nodes, name: 'silero_vad_v5_batched', initializer: this.inits, input, output },
+      opsetImport: [{ domain: '', version: 17 }],
+    }).finish();
   }
 }
 

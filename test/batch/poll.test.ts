@@ -1,14 +1,15 @@
 /**
- * Polls read the response kept ready-made on the workflow row (poll_body,
- * kept current by triggers) and are read in batches: the body must follow
- * every step and status write, also when steps are written concurrently, and
- * each poll of a batch must get its own tenant's answer.
+ * Polls present the workflow row and its steps (api/batch/poll.ts): the body
+ * must follow every step and status write, also when steps are written
+ * concurrently, keep the interface's field order, be written like every other
+ * response (compact JSON), and each of many concurrent polls must get its own
+ * tenant's answer.
  */
 import { expect } from 'chai';
 import request from 'supertest';
 import { createBatchTestApp, issueKey, type BatchTestApp } from './helpers.js';
 
-describe('batch: polls served from the ready-made body', function () {
+describe('batch: polls', function () {
   this.timeout(30_000);
   let t: BatchTestApp;
   let keyA: string;
@@ -85,6 +86,9 @@ describe('batch: polls served from the ready-made body', function () {
     expect(await repo.finish(id, owner, 'complete')).to.equal(true);
     const done = await poll(keyA, id, `/${id}`);
     expect(done.body.status).to.equal('complete');
+    // Compact JSON like every other response, in the interface's field order.
+    expect(done.text).to.equal(JSON.stringify(done.body));
+    expect(Object.keys(done.body).join()).to.equal('workflow_id,status,steps,output,error,request_id');
     expect(done.body.error).to.equal(null);
     expect(done.body.output).to.deep.equal({
       probe: { duration_seconds: 1.5 },
@@ -111,6 +115,8 @@ describe('batch: polls served from the ready-made body', function () {
       message: 'HTTP 404',
     });
     const r = await poll(keyA, id);
+    expect(r.text).to.equal(JSON.stringify(r.body));
+    expect(Object.keys(r.body)).to.deep.equal(['workflow_id', 'status', 'steps', 'error', 'request_id']);
     expect(r.body).to.deep.include({
       status: 'errored',
       error: { name: 'AudioFetchError', message: 'HTTP 404' },
@@ -118,7 +124,7 @@ describe('batch: polls served from the ready-made body', function () {
     expect(r.body).to.not.have.property('output');
   });
 
-  it('answers each poll of a batch read together for its own tenant', async () => {
+  it('answers each of many concurrent polls for its own tenant', async () => {
     const [a1, a2, b1] = [await submit(keyA), await submit(keyA), await submit(keyB)];
     const unknown = `cf_${'e'.repeat(64)}`;
     const cases: [string, string, number][] = [

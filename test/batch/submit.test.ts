@@ -228,6 +228,7 @@ describe('batch: default outbound policy (no allow-list)', function () {
         .set('authorization', `Bearer ${key}`)
         .send(body);
       expect(r.status).to.equal(400);
+      expect(r.body.error).to.include('OUTBOUND_ALLOW'); // names the setting that allows it
     }
     expect(t.runtime.destinationAllowed('http://localhost/a.wav')).to.equal(true); // names are checked at fetch time
     expect(t.runtime.outbound.policy.addressAllowed('127.0.0.1', 'localhost')).to.equal(false);

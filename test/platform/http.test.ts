@@ -189,6 +189,31 @@ describe('graceful shutdown', () => {
   });
 });
 
+describe('draining before shutdown (SHUTDOWN_DRAIN_DELAY_MS)', () => {
+  it('readiness turns 503 at once while requests are still served, then the server stops', async () => {
+    const t = await createTestApp();
+    const config = {
+      ...t.config,
+      http: { ...t.config.http, port: 0, host: '127.0.0.1', drainDelayMs: 1500 },
+    };
+    const api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
+    await waitReady(api.server);
+    const base = `http://127.0.0.1:${api.port}`;
+    expect((await fetch(`${base}/readyz/instance`)).status).to.equal(200);
+    const stopped = api.stop();
+    const ready = await fetch(`${base}/readyz/instance`);
+    expect(ready.status).to.equal(503);
+    expect(((await ready.json()) as { checks: Record<string, boolean> }).checks.accepting).to.equal(false);
+    // Still serving while the load balancer takes it out of rotation.
+    expect((await fetch(`${base}/health`)).status).to.equal(200);
+    await stopped;
+    let refused = false;
+    await fetch(`${base}/health`).catch(() => (refused = true));
+    expect(refused).to.equal(true);
+    await t.db.drop();
+  });
+});
+
 describe('configuration bounds that keep the interface promises', () => {
   it('refuses a key cache longer than 2 s, a session token longer than 60 s, and a pool of one connection', () => {
     expect(() => loadConfig({ AUTH_CACHE_TTL_MS: '2001' })).to.throw(

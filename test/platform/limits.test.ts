@@ -54,19 +54,27 @@ for (const [name, make] of drivers) {
       const owner = randomUUID();
       expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'dead', max: 1, ttlMs: 150 })).to.equal(true);
       expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'new', max: 1, ttlMs: 150 })).to.equal(false);
-      await new Promise((r) => setTimeout(r, 200));
+      // Wait for the expiry itself (bounded), not for a fixed sleep a loaded machine may stretch.
+      const deadline = Date.now() + 10_000;
+      while ((await l.countLeases('c', owner)) > 0) {
+        expect(Date.now(), 'the unrenewed lease expires').to.be.below(deadline);
+        await new Promise((r) => setTimeout(r, 50));
+      }
       expect(await l.renewLease('c', owner, 'dead', 150)).to.equal(false);
-      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 150 })).to.equal(true);
+      // Renewed well inside its life (every 200 ms for a 5 s lease): a stalled tick cannot expire it.
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'live', max: 1, ttlMs: 5000 })).to.equal(
+        true,
+      );
       for (let i = 0; i < 4; i++) {
-        await new Promise((r) => setTimeout(r, 80));
-        expect(await l.renewLease('c', owner, 'live', 150)).to.equal(true);
+        await new Promise((r) => setTimeout(r, 200));
+        expect(await l.renewLease('c', owner, 'live', 5000)).to.equal(true);
       }
       expect(await l.countLeases('c', owner)).to.equal(1);
     });
   });
 }
 
-describe('Redis rate limits with local reservations', () => {
+describe('Redis rate limits shared by instances', () => {
   const prefix = `stt-test-${randomUUID()}:`;
   const a = RedisLimits.connect(TEST_REDIS_URL, prefix);
   const b = RedisLimits.connect(TEST_REDIS_URL, prefix);
@@ -75,48 +83,18 @@ describe('Redis rate limits with local reservations', () => {
     await b.close();
   });
 
-  const evalCalls = async () => {
-    const info = await a.redis.info('commandstats');
-    return [...info.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
-  };
-
-  it('never admits more than the limit across instances, wastes at most a reservation each, and saves round trips', async () => {
+  it('admits exactly the limit across instances under concurrent load', async () => {
     const owner = randomUUID();
-    const limit = 1000; // reserves 10 points at a time
-    const before = await evalCalls();
+    const limit = 1000;
     const decisions = await Promise.all(
       Array.from({ length: 1300 }, (_, i) => (i % 2 ? a : b).consume('requests', owner, limit)),
     );
-    const allowed = decisions.filter((d) => d.allowed).length;
-    expect(allowed).to.be.at.most(limit);
-    expect(allowed).to.be.at.least(limit - 2 * 10);
+    expect(decisions.filter((d) => d.allowed)).to.have.length(limit);
     const refused = decisions.find((d) => !d.allowed)!;
     expect(refused.retryAfterMs).to.be.within(1, 60_000);
-    const calls = (await evalCalls()) - before;
-    expect(calls).to.be.below(400); // about one Redis call per 10 requests, not 1300
   });
 
-  it('gives a key that spends its reservations quickly bigger ones: a very busy key costs few Redis calls', async () => {
-    const owner = randomUUID();
-    // Count the commands that name this key only (MONITOR: the Redis server may be serving other tests).
-    const monitor = await a.redis.monitor();
-    let calls = 0;
-    monitor.on('monitor', (_time: string, args: string[]) => {
-      if (args.some((x) => x.includes(owner))) calls++;
-    });
-    try {
-      for (let i = 0; i < 20_000; i++)
-        expect((await a.consume('requests', owner, 1_000_000)).allowed).to.equal(true);
-      await a.redis.ping();
-      await new Promise((r) => setTimeout(r, 100));
-      // 100 points at a time would take 200 calls; sizes double (up to 1% of the limit) while they last < 100 ms.
-      expect(calls).to.be.within(1, 40);
-    } finally {
-      monitor.disconnect();
-    }
-  });
-
-  it('keeps small limits exact: one point per Redis call', async () => {
+  it('keeps small limits exact', async () => {
     const owner = randomUUID();
     const results = [];
     for (let i = 0; i < 14; i++) results.push((await (i % 2 ? a : b).consume('requests', owner, 12)).allowed);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { fork, type ChildProcess } from 'node:child_process';
 import { Writable } from 'node:stream';
 import WebSocket from 'ws';
 import { loadConfig, type Config } from '../../shared/config/index.js';
@@ -21,6 +22,7 @@ import { createSpeechEngine } from '../../shared/stt/index.js';
 import { SileroPool } from '../../shared/vad/silero.js';
 import { InlineVad, type VadService } from '../../shared/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
+import { UsageLedger } from '../../shared/usage.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -123,8 +125,9 @@ export async function createRealtimeContext(opts: {
   const limits: LimitsDriver = opts.redis
     ? RedisLimits.connect(TEST_REDIS_URL, opts.redisPrefix ?? `rt-test-${randomBytes(4).toString('hex')}:`)
     : new MemoryLimits();
+  const ledger = new UsageLedger(db, config.ledger, logger).start();
   const rt = await startRealtime(
-    { config, logger, db, auth, limits, engine: opts.engine },
+    { config, logger, db, auth, limits, engine: opts.engine, ledger },
     { port: 0, host: '127.0.0.1', vad: opts.vad ?? testVad(config) },
   );
   const base = `http://127.0.0.1:${rt.port}`;
@@ -145,6 +148,7 @@ export async function createRealtimeContext(opts: {
     },
     async close() {
       await rt.stop();
+      await ledger.close();
       await auth.close();
       await limits.close();
       await db.destroy();
@@ -313,4 +317,61 @@ export function realtimeWithBuiltinEngine(): () => RealtimeTestContext {
     await engine?.close();
   });
   return () => ctx!;
+}
+
+export interface RealtimeChild {
+  child: ChildProcess;
+  port: number;
+  url: string;
+  /** SIGKILL (when still running) and wait for the exit. */
+  kill(): Promise<void>;
+}
+
+/**
+ * `realtime/main.ts` as a real child process (built-in engine, one decoder
+ * thread) on the given database and environment; resolves once it listens.
+ */
+export async function forkRealtime(
+  databaseUrl: string,
+  env: Record<string, string> = {},
+): Promise<RealtimeChild> {
+  const child: ChildProcess = fork(path.join(repoRoot, 'realtime/main.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      REDIS_URL: TEST_REDIS_URL,
+      REALTIME_PORT: '0',
+      REALTIME_HOST: '127.0.0.1',
+      REALTIME_VAD_POOL_WARM: '0',
+      MIGRATE_ON_START: 'false',
+      GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+      STT_ENGINE: 'builtin',
+      STT_WORKER_URLS: '',
+      STT_THREADS: '1',
+      LOG_LEVEL: 'warn',
+      ...env,
+    },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const kill = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  };
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      child.on(
+        'message',
+        (m: { type?: string; port?: number }) => m.type === 'realtime.listening' && resolve(m.port!),
+      );
+      child.once('exit', (code) => reject(new Error(`child exited ${code}`)));
+      setTimeout(() => reject(new Error('child did not start')), 30_000);
+    });
+    return { child, port, url: `ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`, kill };
+  } catch (err) {
+    await kill();
+    throw err;
+  }
 }

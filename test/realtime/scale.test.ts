@@ -4,10 +4,8 @@
  * lease TTL. Every instance runs the built-in speech engine (one decoder
  * thread each), the configuration with no STT_WORKER_URLS.
  */
-import path from 'node:path';
-import { fork, type ChildProcess } from 'node:child_process';
 import { expect } from 'chai';
-import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { CONNECTION_SCOPE } from '../../realtime/quota.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
@@ -17,8 +15,7 @@ import {
   connect,
   refused,
   bearer,
-  repoRoot,
-  SESSION_SECRET,
+  forkRealtime,
   type RealtimeTestContext,
 } from './helpers.js';
 
@@ -122,36 +119,10 @@ describe('realtime scale-out on one Redis', function () {
 
   it('an instance killed with SIGKILL frees its slots within the lease TTL', async () => {
     const { key, id } = await a.issueKey('free');
-    const child: ChildProcess = fork(path.join(repoRoot, 'realtime/main.ts'), [], {
-      execArgv: ['--import', 'tsx'],
-      cwd: repoRoot,
-      env: {
-        ...process.env,
-        DATABASE_URL: db.url,
-        REDIS_URL: TEST_REDIS_URL,
-        REALTIME_PORT: '0',
-        REALTIME_HOST: '127.0.0.1',
-        REALTIME_VAD_POOL_WARM: '0',
-        MIGRATE_ON_START: 'false',
-        GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
-        STT_ENGINE: 'builtin',
-        STT_WORKER_URLS: '',
-        STT_THREADS: '1',
-        LOG_LEVEL: 'warn',
-        ...env,
-      },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
+    const rc = await forkRealtime(db.url, env);
+    const child = rc.child;
     try {
-      const port = await new Promise<number>((resolve, reject) => {
-        child.on(
-          'message',
-          (m: { type?: string; port?: number }) => m.type === 'realtime.listening' && resolve(m.port!),
-        );
-        child.once('exit', (code) => reject(new Error(`child exited ${code}`)));
-        setTimeout(() => reject(new Error('child did not start')), 30_000);
-      });
-      const c = await connect(`ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`, bearer(key));
+      const c = await connect(rc.url, bearer(key));
       await c.next('session.created');
       child.kill('SIGKILL');
       await c.closed;
@@ -170,7 +141,7 @@ describe('realtime scale-out on one Redis', function () {
       expect(freedAfter, 'slot freed').to.be.greaterThan(-1);
       expect(freedAfter).to.be.lessThan(2000 + 500);
     } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
+      await rc.kill();
     }
   });
 });

@@ -23,8 +23,11 @@ export interface SpeechTestApp {
   close(): Promise<void>;
 }
 
-export async function startSpeechApp(env: Record<string, string> = {}): Promise<SpeechTestApp> {
-  const db = await createTestDatabase('stt_speech');
+export async function startSpeechApp(
+  env: Record<string, string> = {},
+  opts: { db?: TestDatabase } = {},
+): Promise<SpeechTestApp> {
+  const db = opts.db ?? (await createTestDatabase('stt_speech'));
   const config = loadConfig({
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     DATA_DIR: 'test/.tmp/data',
@@ -52,7 +55,7 @@ export async function startSpeechApp(env: Record<string, string> = {}): Promise<
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
       await closeDeps(deps);
-      await db.drop();
+      if (!opts.db) await db.drop();
     },
   };
 }

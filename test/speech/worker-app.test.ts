@@ -42,6 +42,23 @@ describe('speech: engine worker HTTP surface (engine/app.ts)', function () {
     expect(models.body.data.map((m: { id: string }) => m.id)).to.deep.equal(['pocketsphinx-en-us']);
   });
 
+  it('GET /readyz: 200 with a decoder loaded, 503 once the worker drains', async () => {
+    let draining = false;
+    const app = createEngineApp({
+      engine,
+      speech: config.speech,
+      logger,
+      draining: () => draining,
+    }).callback();
+    const ready = await request(app).get('/readyz').expect(200);
+    expect(ready.body).to.deep.include({ ok: true, checks: { decoder: true, accepting: true } });
+    draining = true;
+    const gone = await request(app).get('/readyz').expect(503);
+    expect(gone.body.checks).to.deep.equal({ decoder: true, accepting: false });
+    // Liveness is not readiness: /health stays 200 while requests in flight finish.
+    await request(app).get('/health').expect(200);
+  });
+
   it('serves /metrics: its transcriptions by outcome and engine time (guarded by METRICS_TOKEN when set)', async () => {
     const scrape = async () => (await request(server).get('/metrics').expect(200)).text;
     const before = await scrape();

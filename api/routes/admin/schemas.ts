@@ -1,3 +1,4 @@
+import type { FromSchema } from 'json-schema-to-ts';
 import { planLimitsSchema } from '../../openapi/schemas.js';
 
 /** Printable text only: no NUL (Postgres text cannot hold it) and no other control characters. */
@@ -14,12 +15,8 @@ export const issueKeyBody = {
   },
 } as const;
 
-export interface IssueKeyBody {
-  owner_id: string;
-  plan?: string;
-  label?: string;
-  expires_at?: string;
-}
+/** The issue request as the validator leaves it (`owner_id` filled in by its default). */
+export type IssueKeyBody = FromSchema<typeof issueKeyBody>;
 
 export const listKeysQuery = {
   type: 'object',

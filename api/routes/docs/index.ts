@@ -11,6 +11,7 @@ import path from 'node:path';
 import type Router from '@koa/router';
 import { koaSwagger } from 'koa2-swagger-ui';
 import type { AppDeps } from '../../deps.js';
+import { ApiError } from '../../http/errors.js';
 
 const DIST = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
 
@@ -51,8 +52,10 @@ export function register(router: Router, deps: AppDeps): void {
     }
   });
   router.get('/docs/assets/:name', (ctx) => {
-    const asset = ASSETS[ctx.params.name];
-    if (!asset) return; // JSON 404 from the app's fallback
+    // Own names only: `constructor`, `__proto__` and `toString` are not assets.
+    const name = ctx.params.name;
+    if (!Object.hasOwn(ASSETS, name)) throw new ApiError(404, 'not_found', 'Unknown documentation asset.');
+    const asset = ASSETS[name]!;
     ctx.type = asset.type;
     ctx.set('Cache-Control', 'public, max-age=86400');
     ctx.body = fs.createReadStream(path.join(DIST, asset.file));

@@ -1,4 +1,5 @@
 import type Router from '@koa/router';
+import type { Context } from 'koa';
 import type { AppDeps } from '../../deps.js';
 
 const healthSchema = {
@@ -18,16 +19,21 @@ const readySchema = {
   },
 };
 
-/** Runs every readiness check concurrently, each bounded in time. */
-export async function runReadiness(deps: AppDeps): Promise<{ ok: boolean; checks: Record<string, boolean> }> {
+/** Runs every readiness check (or those `only` keeps) concurrently, each bounded in time. */
+export async function runReadiness(
+  deps: AppDeps,
+  only: (name: string) => boolean = () => true,
+): Promise<{ ok: boolean; checks: Record<string, boolean> }> {
   const results = await Promise.all(
-    deps.readiness.map(async (c) => {
-      const ok = await Promise.race([
-        c.check().catch(() => false),
-        new Promise<boolean>((r) => setTimeout(r, 2500, false).unref()),
-      ]);
-      return [c.name, ok] as const;
-    }),
+    deps.readiness
+      .filter((c) => only(c.name))
+      .map(async (c) => {
+        const ok = await Promise.race([
+          c.check().catch(() => false),
+          new Promise<boolean>((r) => setTimeout(r, 2500, false).unref()),
+        ]);
+        return [c.name, ok] as const;
+      }),
   );
   const checks = Object.fromEntries(results);
   return { ok: results.every(([, ok]) => ok), checks };
@@ -62,8 +68,8 @@ export function register(router: Router, deps: AppDeps): void {
   router.get('/health', (ctx) => {
     ctx.body = { ok: true, service };
   });
-  router.get('/readyz', async (ctx) => {
-    const { ok, checks } = await runReadiness(deps);
+  const ready = (only?: (name: string) => boolean) => async (ctx: Context) => {
+    const { ok, checks } = await runReadiness(deps, only);
     const failing = Object.entries(checks)
       .filter(([, v]) => !v)
       .map(([k]) => k);
@@ -74,7 +80,14 @@ export function register(router: Router, deps: AppDeps): void {
       checks,
       ...(ok ? {} : { reason: `not ready: ${failing.join(', ')} unavailable` }),
     };
-  });
+  };
+  router.get('/readyz', ready());
+  // The load balancer's check of this instance: its own dependencies (database, Redis, engine), not
+  // the realtime tier, which has its own check (an API must not leave rotation because realtime did).
+  router.get(
+    '/readyz/instance',
+    ready((name) => name !== 'realtime'),
+  );
   deps.openapi.add({
     method: 'get',
     path: '/health',
@@ -93,6 +106,19 @@ export function register(router: Router, deps: AppDeps): void {
     security: 'none',
     responses: {
       '200': { description: 'Ready to take traffic.', schema: readySchema },
+      '503': { description: 'Not ready; `reason` and `checks` say why.', schema: readySchema },
+    },
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: '/readyz/instance',
+    operationId: 'readyzInstance',
+    summary:
+      "Readiness of this API instance alone (database, Redis, speech engine): the load balancer's check",
+    tags: ['health'],
+    security: 'none',
+    responses: {
+      '200': { description: 'This instance can take traffic.', schema: readySchema },
       '503': { description: 'Not ready; `reason` and `checks` say why.', schema: readySchema },
     },
   });

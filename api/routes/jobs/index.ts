@@ -23,6 +23,7 @@ import {
   workflowStatusSchema,
 } from '../../batch/schemas.js';
 import type { JobRequest } from '../../batch/types.js';
+import { metadataProblem } from '../../batch/metadata.js';
 import { normalizeLanguage } from '../../../shared/stt/language.js';
 
 export const JOBS_PATH = '/v1/audio/transcriptions/jobs';
@@ -36,11 +37,18 @@ const DEPRECATION_HEADERS = {
 export function submitHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const body = check<JobRequest>(jobRequestSchema, ctx.request.body, 'body', 'invalid_request');
+    const { batch } = deps.config;
+    const problem = metadataProblem(body.metadata, batch.metadata, batch.review.maxTerms);
+    if (problem) throw new ApiError(400, 'invalid_request', problem);
     const runtime = batchRuntime(deps);
     for (const field of ['audio_url', 'webhook_url'] as const) {
       const url = body[field];
       if (url !== undefined && !runtime.destinationAllowed(url)) {
-        throw new ApiError(400, 'invalid_request', `Field "${field}" must be a public http(s) URL.`);
+        throw new ApiError(
+          400,
+          'invalid_request',
+          `Field "${field}" must be a public http(s) URL (loopback and private addresses are refused unless the server setting OUTBOUND_ALLOW lists them).`,
+        );
       }
     }
     // A language the engine cannot serve would only fail later, chunk by chunk.
@@ -104,12 +112,10 @@ export function pollHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
     const id = ctx.params.workflowId as string;
     const body = WORKFLOW_ID_RE.test(id)
-      ? await batchRuntime(deps).pollBody(ctx.state.principal.ownerId, id)
+      ? await batchRuntime(deps).poll(ctx.state.principal.ownerId, id)
       : undefined;
     if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
-    // Already JSON text (rendered in Postgres): sent as it is.
-    ctx.type = 'application/json';
     ctx.body = body;
   };
 }

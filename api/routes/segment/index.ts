@@ -18,6 +18,7 @@ import type { AppDeps } from '../../deps.js';
 import { requireApiKey } from '../../http/auth.js';
 import { ApiError } from '../../http/errors.js';
 import { requestRateLimit } from '../../http/rateLimit.js';
+import { compile, describeAjvError } from '../../http/validate.js';
 import { apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
 import {
@@ -29,16 +30,21 @@ import {
 import { isMultipart, parseAudioUpload, UploadError } from '../../../shared/audio/upload.js';
 import {
   createSpeechEngine,
-  isResponseFormat,
   normalizeLanguage,
   renderTranscript,
   RESPONSE_FORMATS,
   SpeechError,
   type SpeechEngine,
 } from '../../../shared/stt/index.js';
-import { recordUsage, windowUsage } from '../../../shared/usage.js';
-import { segmentRequestSchema, verboseJsonSchema } from './schemas.js';
+import { windowUsage } from '../../../shared/usage.js';
+import {
+  segmentFieldsSchema,
+  segmentRequestSchema,
+  verboseJsonSchema,
+  type SegmentFields,
+} from './schemas.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses } from '../jobs/index.js';
+import { sendTranscriptStream, wantsStream } from '../openai/stream.js';
 
 export const SEGMENT_PATH = '/v1/audio/transcriptions';
 
@@ -50,6 +56,22 @@ export function speechEngineOf(deps: AppDeps): SpeechEngine {
     deps.readiness.push({ name: 'speech', check: () => engine.healthy() });
   }
   return deps.speech;
+}
+
+/** The form's text fields checked against their schema; an empty field counts as absent. */
+function formFields(raw: Record<string, string>): SegmentFields {
+  const fields = Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== ''));
+  const validate = compile(segmentFieldsSchema);
+  if (validate(fields)) return fields as SegmentFields;
+  const e = validate.errors?.[0];
+  if (e?.instancePath === '/response_format') {
+    throw new ApiError(
+      400,
+      'invalid_response_format',
+      `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
+    );
+  }
+  throw new ApiError(400, 'invalid_request', describeAjvError(e, 'form'));
 }
 
 function isJsonBody(ctx: Context): boolean {
@@ -86,6 +108,13 @@ export function segmentHandler(deps: AppDeps): Middleware {
         'The request body must be multipart/form-data with a "file" field.',
       );
     }
+    if (!deps.ledger.accepting) {
+      // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
+      throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+        retryable: true,
+        headers: { 'Retry-After': '30' },
+      });
+    }
     const principal = ctx.state.principal as Principal;
     const engine = speechEngineOf(deps);
     // The window's usage so far does not depend on this clip: ask while the upload is read and decoded.
@@ -100,15 +129,10 @@ export function segmentHandler(deps: AppDeps): Middleware {
       throw err;
     }
     if (!upload.file) throw new ApiError(400, 'missing_file', 'The multipart field "file" is required.');
-    const { fields } = upload;
-    const format = fields.response_format || 'verbose_json';
-    if (!isResponseFormat(format)) {
-      throw new ApiError(
-        400,
-        'invalid_response_format',
-        `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
-      );
-    }
+    const fields = formFields(upload.fields);
+    const format = fields.response_format;
+    // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
+    const stream = wantsStream(fields.stream);
     const language = normalizeLanguage(fields.language);
     const supported = engine.languages();
     if (language && !supported.includes('*') && !supported.includes(language)) {
@@ -118,7 +142,7 @@ export function segmentHandler(deps: AppDeps): Middleware {
         `Language "${fields.language}" is not supported (supported: ${supported.join(', ')}).`,
       );
     }
-    const workerId = fields.worker_id || undefined;
+    const workerId = fields.worker_id;
 
     const aborter = new AbortController();
     ctx.res.once('close', () => !ctx.res.writableFinished && aborter.abort());
@@ -167,8 +191,8 @@ export function segmentHandler(deps: AppDeps): Middleware {
       result = await engine.transcribe({
         pcm,
         language,
-        prompt: fields.prompt || undefined,
-        model: fields.model || undefined,
+        prompt: fields.prompt,
+        model: fields.model,
         workerId,
         signal: aborter.signal,
       });
@@ -180,17 +204,18 @@ export function segmentHandler(deps: AppDeps): Middleware {
     // Every transcribed clip is billed, silent or empty ones included. The
     // reference is generated here: a client-chosen X-Request-Id must not
     // collide with (and so cancel) another bill.
-    await recordUsage(deps.db, {
+    await deps.ledger.record({
       keyId: principal.keyId,
       plane: 'segment',
       audioSeconds: seconds,
       refId: `seg_${randomUUID()}`,
     });
 
-    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
     ctx.set('X-Worker-Id', result.workerId);
     ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
     ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
+    if (stream) return sendTranscriptStream(ctx, result);
+    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
     ctx.type = rendered.contentType;
     ctx.body = rendered.body;
   };
@@ -248,7 +273,7 @@ export function register(router: Router, deps: AppDeps): void {
       ...deprecatedJobResponses,
       '200': {
         description:
-          'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text)',
+          'Transcript in the requested response_format (verbose_json by default; json `{text}`; text, srt, vtt as text); with `stream=true`, text/event-stream of OpenAI transcription stream events',
         schema: verboseJsonSchema,
         headers: {
           'X-Worker-Id': { description: 'Worker that produced the result', schema: { type: 'string' } },
@@ -264,7 +289,11 @@ export function register(router: Router, deps: AppDeps): void {
         schema: apiErrorSchema,
       },
       '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-      '413': { description: '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB', schema: apiErrorSchema },
+      '413': {
+        description:
+          '`file_too_large`: upload above SEGMENT_MAX_UPLOAD_MB; `too_many_files` (> 4), `too_many_fields` (> 100), `fields_too_large` (> 64 KiB of fields)',
+        schema: apiErrorSchema,
+      },
       '429': {
         description: '`rate_limit_exceeded` or `audio_quota_exhausted`',
         schema: apiErrorSchema,
@@ -272,7 +301,7 @@ export function register(router: Router, deps: AppDeps): void {
       },
       '502': { description: '`transcription_failed`: all worker attempts failed', schema: apiErrorSchema },
       '503': {
-        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`',
+        description: '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`, `usage_unavailable`',
         schema: apiErrorSchema,
       },
     },

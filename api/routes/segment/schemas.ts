@@ -1,6 +1,32 @@
-/** Request and response schemas of the segment endpoint (documentation; the multipart form is checked by hand). */
+/** Request and response schemas of the segment endpoint. */
+import type { FromSchema } from 'json-schema-to-ts';
 import { RESPONSE_FORMATS } from '../../../shared/stt/formats.js';
 
+/** The form's text fields, checked by the project's ajv (unknown fields are accepted, as OpenAI's SDK sends some). */
+export const segmentFieldsSchema = {
+  type: 'object',
+  properties: {
+    model: {
+      type: 'string',
+      description: 'Model name passed to the service (ignored by the built-in engine)',
+    },
+    language: { type: 'string', description: 'ISO-639-1 hint' },
+    prompt: { type: 'string', description: 'Context prompt' },
+    response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
+    worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
+    stream: {
+      type: 'string',
+      enum: ['true', 'false'],
+      description:
+        'OpenAI-compatible streaming: `true` answers `text/event-stream` with `transcript.text.delta` events, then `transcript.text.done` with the full text (response_format is then not used)',
+    },
+  },
+} as const;
+
+/** The form's text fields as the validator leaves them (`response_format` defaulted). */
+export type SegmentFields = FromSchema<typeof segmentFieldsSchema>;
+
+/** The whole form, for the OpenAPI document. */
 export const segmentRequestSchema = {
   type: 'object',
   required: ['file'],
@@ -10,14 +36,7 @@ export const segmentRequestSchema = {
       contentMediaType: 'application/octet-stream',
       description: 'Speech clip: WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...',
     },
-    model: {
-      type: 'string',
-      description: 'Model name passed to the service (ignored by the built-in engine)',
-    },
-    language: { type: 'string', description: 'ISO-639-1 hint' },
-    prompt: { type: 'string', description: 'Context prompt' },
-    response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
-    worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
+    ...segmentFieldsSchema.properties,
   },
 } as const;
 

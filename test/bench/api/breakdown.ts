@@ -15,7 +15,7 @@
  *   errors   the plane-aware error handler
  *   router   @koa/router with the exact-path index, route plane
  *   auth     API key authentication (cached key store lookup)
- *   limit    Redis request rate limit (local reservations), X-RateLimit-* headers
+ *   limit    Redis request rate limit, X-RateLimit-* headers
  *   token    the real handler: HMAC-signed session token, Cache-Control
  */
 import autocannon from 'autocannon';
@@ -38,7 +38,6 @@ if (step) {
   const { errorHandler, usePlane } = await import('../../../api/http/errors.js');
   const { requireApiKey } = await import('../../../api/http/auth.js');
   const { requestRateLimit } = await import('../../../api/http/rateLimit.js');
-  const { routes } = await import('../../../api/http/routing.js');
   const config = loadConfig({ ...process.env, PORT: '0', HOST: '127.0.0.1' });
   const logger = createLogger({ level: upTo('log') ? 'info' : 'warn', name: 'api' });
   const deps = createDeps(config, logger);
@@ -72,7 +71,7 @@ if (step) {
     if (upTo('limit')) chain.push(requestRateLimit(deps.limits));
     const router = new Router();
     router.post(PATH, ...chain, handler);
-    app.use(routes(router));
+    app.use(router.routes());
     app.use(router.allowedMethods({ throw: false }) as unknown as Koa.Middleware);
   } else {
     app.use(handler);

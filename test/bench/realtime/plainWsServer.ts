@@ -25,7 +25,7 @@ const deps = await createRealtimeDeps(config, logger);
 const rt = config.realtime;
 const breaker = new CircuitBreaker(rt.breaker);
 const quota = new ConnectionQuota(deps.limits, rt, logger);
-const meter = new UsageMeter(deps.db, logger);
+const meter = new UsageMeter(deps.ledger, () => sessions, config.ledger.checkpointMs);
 const vad = await createVadService(rt.vad.threads, rt.vad);
 const sessions = new Set<RealtimeSession>();
 const timings = new GatewayTimings();

@@ -1,7 +1,12 @@
 // k6 load test of the realtime tier: each VU opens WS /v1/audio/transcriptions/stream,
 // streams real speech (a 16 kHz mono PCM16 WAV) in 100 ms binary frames at real-time
-// pace for DURATION_S seconds, and records connect time and completion latency
-// (speech_stopped -> completed). Loopback only.
+// pace until DURATION_S seconds from the start, and records connect time, completion
+// latency (speech_stopped -> completed), refused handshakes and every close code.
+// A VU the server closes or refuses reconnects (a new iteration): at once after 1001,
+// 1008 and 4408; after a back-off for 1013 and refused handshakes. k6's WebSocket API
+// does not expose a refused handshake's headers, so the back-off starts at RETRY_AFTER_S
+// (default 2: the server's REALTIME_OVERLOAD_RETRY_AFTER_SECONDS, what its Retry-After
+// says) and doubles up to 30 s. Through the load balancer: URL=ws://127.0.0.1:8080/...
 //
 //   k6 run -e URL=ws://127.0.0.1:8081/v1/audio/transcriptions/stream -e KEY=sk-... \
 //          -e VUS=50 -e DURATION_S=30 test/load/k6/realtime.js
@@ -34,10 +39,22 @@ const connectTime = new Trend('rt_connect_ms', true);
 const completion = new Trend('rt_completion_ms', true);
 const utterances = new Counter('rt_utterances');
 const failed = new Counter('rt_failed_utterances');
+const refused = new Counter('rt_refused_connects');
+const reconnects = new Counter('rt_reconnects');
+// Close codes as metrics: one counter per code (custom metrics exist from the init stage).
+const CLOSE_CODES = [1000, 1001, 1006, 1008, 1009, 1011, 1013, 4408];
+const closes = {};
+for (const code of CLOSE_CODES) closes[code] = new Counter(`rt_close_${code}`);
+const otherCloses = new Counter('rt_close_other');
+// Closes the server started (all but our own 1000), whatever the code.
+const serverCloses = new Counter('rt_server_closes');
+
+const RETRY_AFTER_S = Number(__ENV.RETRY_AFTER_S || 2);
+const STREAM_END = Date.now() + DURATION_S * 1000;
 
 export const options = {
   scenarios: {
-    // One iteration per VU: it streams for DURATION_S, then drains (gracefulStop covers the drain).
+    // Each iteration is one connection; a VU whose connection the server ended starts another.
     stream: {
       executor: 'constant-vus',
       vus: Number(__ENV.VUS || 20),
@@ -46,40 +63,72 @@ export const options = {
     },
   },
   thresholds: {
-    rt_connect_ms: ['p(99)<500'],
+    rt_connect_ms: ['p(99)<1000'],
     rt_completion_ms: ['p(99)<3000'],
     rt_failed_utterances: ['count<1'],
+    // Overload refuses new sessions; it never closes open ones.
+    rt_close_1013: ['count<1'],
   },
 };
 
+// Per VU: refusals and 1013s in a row, whether to back off, and whether the server ended the last
+// connection. Keyed by __VU: k6 runs this module once per VU, the Node runner once for all of them.
+const states = {};
+const vuState = () => (states[__VU] = states[__VU] || { streak: 0, backOff: false, closedByServer: false });
+
 export default function () {
+  const left = STREAM_END - Date.now();
+  if (left <= 0) return;
+  const st = vuState();
+  if (st.backOff) {
+    // Wait out the back-off (RETRY_AFTER_S, doubling per refusal in a row), then let the next iteration connect.
+    st.backOff = false;
+    const waitS = Math.min(30, RETRY_AFTER_S * 2 ** Math.max(0, st.streak - 1));
+    setTimeout(() => {}, Math.min(left, waitS * 1000));
+    return;
+  }
+  if (st.closedByServer) reconnects.add(1);
+  connectOnce(st);
+}
+
+function connectOnce(st) {
   const t0 = Date.now();
   const ws = new WebSocket(URL, null, { headers: { Authorization: `Bearer ${KEY}` } });
   ws.binaryType = 'arraybuffer';
   const stoppedAt = {};
+  let opened = false;
   let pending = 0; // utterances stopped and not yet completed
   let draining = false;
+  let ours = false;
   let off = 0;
   let timer;
   let drainCap;
+  let endTimer;
   const finish = () => {
     clearTimeout(drainCap);
+    ours = true;
     ws.close(1000);
   };
   ws.onopen = () => {
+    opened = true;
+    st.closedByServer = false;
+    st.streak = 0;
     connectTime.add(Date.now() - t0);
     timer = setInterval(() => {
       if (off + FRAME > pcm.byteLength) off = 0;
       ws.send(pcm.slice(off, off + FRAME));
       off += FRAME;
     }, 100);
-    setTimeout(() => {
-      // Stop the audio, end the open utterance, and wait for what is in flight.
-      clearInterval(timer);
-      draining = true;
-      ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
-      drainCap = setTimeout(finish, 15000);
-    }, DURATION_S * 1000);
+    endTimer = setTimeout(
+      () => {
+        // Stop the audio, end the open utterance, and wait for what is in flight.
+        clearInterval(timer);
+        draining = true;
+        ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
+        drainCap = setTimeout(finish, 15000);
+      },
+      Math.max(0, STREAM_END - Date.now()),
+    );
   };
   ws.onmessage = (m) => {
     if (typeof m.data !== 'string') return;
@@ -98,8 +147,28 @@ export default function () {
       if (draining && pending === 0) finish();
     }
   };
-  ws.onclose = () => {
+  ws.onerror = () => {
+    if (!opened) {
+      // Refused handshake (503 at capacity, 429 quota): back off before the next iteration.
+      refused.add(1);
+      st.closedByServer = true;
+      st.streak++;
+      st.backOff = true;
+    }
+  };
+  ws.onclose = (e) => {
     clearInterval(timer);
     clearTimeout(drainCap);
+    clearTimeout(endTimer);
+    if (!opened) return;
+    (closes[e.code] || otherCloses).add(1);
+    if (ours && e.code === 1000) return;
+    serverCloses.add(1);
+    st.closedByServer = true;
+    // 1013 (try again later): back off; going away, duration limits: reconnect at once.
+    if (e.code === 1013) {
+      st.streak++;
+      st.backOff = true;
+    }
   };
 }

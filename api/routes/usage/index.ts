@@ -1,0 +1,149 @@
+/**
+ * Usage reports (docs/decisions.md, "Usage reports"):
+ *
+ * - operators (admin token, admin envelope):
+ *   GET /v1/external-transcription/owners/{owner_id}/usage and
+ *   GET /v1/external-transcription/keys/{id}/usage
+ * - a key holder, for its own key only (the playground's usage panel):
+ *   GET /v1/usage, in the api plane's error shape, rate limited in the
+ *   poll bucket so that looking at usage never spends transcription requests.
+ *
+ * Each: audio seconds by plane, requests, sessions and jobs per UTC day over
+ * `from`..`to`, and every key's current billing window against its plan.
+ */
+import type Router from '@koa/router';
+import type { Context } from 'koa';
+import type { AppDeps } from '../../deps.js';
+import { requireAdmin, requireApiKey } from '../../http/auth.js';
+import { ApiError, usePlane } from '../../http/errors.js';
+import { requestRateLimit } from '../../http/rateLimit.js';
+import { compile, validateQuery } from '../../http/validate.js';
+import { pathParam } from '../../openapi/registry.js';
+import { adminEnvelope, adminErrorSchema, apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
+import type { Principal } from '../../../shared/auth/index.js';
+import { ADMIN_PREFIX } from '../admin/index.js';
+import { keyIdParam } from '../admin/schemas.js';
+import { type DateRange, isoDay, reportKeys, usageReport } from './report.js';
+import { type UsageQuery, usageQuery, usageReportSchema } from './schemas.js';
+
+export const SELF_USAGE_PATH = '/v1/usage';
+/** The longest range one report covers (a year and a day). */
+export const MAX_REPORT_DAYS = 366;
+const DAY_MS = 86_400_000;
+
+const ownerIdParam = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 200,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*$',
+} as const;
+
+/** `from`/`to` of the query, defaulted to the last 30 days, checked for order and length. */
+export function resolveRange(q: UsageQuery, now = Date.now()): DateRange {
+  const to = q.to ?? isoDay(now);
+  const from = q.from ?? isoDay(Date.parse(`${to}T00:00:00Z`) - 29 * DAY_MS);
+  const days = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / DAY_MS + 1;
+  if (days < 1) throw new ApiError(400, 'invalid_range', '"from" must not be after "to".');
+  if (days > MAX_REPORT_DAYS) {
+    throw new ApiError(400, 'invalid_range', `A report covers at most ${MAX_REPORT_DAYS} days.`);
+  }
+  return { from, to };
+}
+
+export function register(router: Router, deps: AppDeps): void {
+  const { db, plans, config } = deps;
+  const admin = requireAdmin(config.auth.adminToken);
+  const query = validateQuery(usageQuery);
+  const report = (ctx: Context, keys: Awaited<ReturnType<typeof reportKeys>>) =>
+    usageReport(db, plans, keys, resolveRange(ctx.state.query as UsageQuery), config.usageWindowSeconds);
+  const validKeyId = compile(keyIdParam);
+  const validOwner = compile(ownerIdParam);
+
+  router.get(`${ADMIN_PREFIX}/owners/:ownerId/usage`, usePlane('admin'), admin, query, async (ctx) => {
+    const ownerId = ctx.params.ownerId;
+    if (!validOwner(ownerId)) throw new ApiError(400, 'invalid_request', 'Invalid owner id.');
+    const data = await report(ctx, await reportKeys(db, { ownerId }));
+    ctx.set('Cache-Control', 'no-store');
+    ctx.body = { ok: true, data: { ownerId, ...data } };
+  });
+
+  router.get(`${ADMIN_PREFIX}/keys/:id/usage`, usePlane('admin'), admin, query, async (ctx) => {
+    const id = ctx.params.id;
+    const keys = validKeyId(id) ? await reportKeys(db, { keyId: id }) : [];
+    if (keys.length === 0) throw new ApiError(404, 'key_not_found', 'No key with that id.');
+    const data = await report(ctx, keys);
+    ctx.set('Cache-Control', 'no-store');
+    ctx.body = { ok: true, data: { keyId: id, ownerId: keys[0].owner_id, ...data } };
+  });
+
+  const pollBucket = config.pollRequestsPerMinute || undefined;
+  router.get(
+    SELF_USAGE_PATH,
+    usePlane('api'),
+    requireApiKey(deps.auth),
+    requestRateLimit(deps.limits, { bucket: 'polls', perMinute: () => pollBucket, what: 'reads' }),
+    query,
+    async (ctx) => {
+      const principal = ctx.state.principal as Principal;
+      const data = await report(ctx, await reportKeys(db, { keyId: principal.keyId }));
+      ctx.set('Cache-Control', 'no-store');
+      ctx.body = { keyId: principal.keyId, ownerId: principal.ownerId, ...data };
+    },
+  );
+
+  describe(deps);
+}
+
+function describe(deps: AppDeps): void {
+  const rangeParams = (['from', 'to'] as const).map((name) => ({
+    name,
+    in: 'query',
+    required: false,
+    schema: usageQuery.properties[name],
+  }));
+  const adminErrors = (codes: string[]) =>
+    Object.fromEntries(codes.map((c) => [c, { description: 'Error envelope', schema: adminErrorSchema }]));
+  const summary = 'audio seconds by plane, requests, sessions and jobs per UTC day, and the billing window';
+  deps.openapi.add({
+    method: 'get',
+    path: `${ADMIN_PREFIX}/owners/{ownerId}/usage`,
+    operationId: 'ownerUsage',
+    summary: `Usage of every key of one owner: ${summary}`,
+    tags: ['admin'],
+    security: 'admin',
+    parameters: [pathParam('ownerId', ownerIdParam, 'Owner (tenant) id'), ...rangeParams],
+    responses: {
+      '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
+      ...adminErrors(['400', '401', '500']),
+    },
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: `${ADMIN_PREFIX}/keys/{id}/usage`,
+    operationId: 'keyUsage',
+    summary: `Usage of one key: ${summary}`,
+    tags: ['admin'],
+    security: 'admin',
+    parameters: [pathParam('id', keyIdParam, 'Key id'), ...rangeParams],
+    responses: {
+      '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
+      ...adminErrors(['400', '401', '404', '500']),
+    },
+  });
+  deps.openapi.add({
+    method: 'get',
+    path: SELF_USAGE_PATH,
+    operationId: 'ownUsage',
+    summary: `Usage of the calling key: ${summary}`,
+    description: 'For key holders (the playground). Counted against POLL_REQUESTS_PER_MINUTE, not the plan.',
+    tags: ['usage'],
+    security: 'apiKey',
+    parameters: rangeParams,
+    responses: {
+      '200': { description: 'Usage report of the calling key', schema: usageReportSchema },
+      '400': { description: '`invalid_request`, `invalid_range`', schema: apiErrorSchema },
+      '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
+      '429': { description: '`rate_limit_exceeded`', schema: apiErrorSchema, headers: rateLimitHeaders },
+    },
+  });
+}

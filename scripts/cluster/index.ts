@@ -1,0 +1,402 @@
+/**
+ * The scaled deployment on one machine, without Docker: N API, N realtime and
+ * N engine processes from the build output (dist/), an S3-compatible store
+ * (s3rver), the machine's Postgres and Redis (or the given URLs), and
+ * HAProxy with docker/haproxy.cfg rendered for loopback. A one-shot migration
+ * runs before any instance starts, as the compose file's `migrate` service.
+ *
+ * `npm run cluster` runs it (scripts/cluster.ts); the deployment test starts
+ * it through `startCluster` and kills parts of it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+// @ts-expect-error s3rver ships no types
+import S3rver from 's3rver';
+import { haproxyConfigPath, renderHaproxyConfig } from './haproxy.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+export type Role = 'api' | 'realtime' | 'engine';
+
+export interface ClusterOptions {
+  /** Public port of the load balancer (0: a free one). */
+  port: number;
+  apis: number;
+  realtimes: number;
+  engines: number;
+  databaseUrl: string;
+  redisUrl: string;
+  adminToken: string;
+  sessionSecret: string;
+  webhookSecret: string;
+  /** An S3 endpoint to use instead of starting s3rver (with S3_* credentials in `env`). */
+  s3Endpoint?: string;
+  /** Where logs, the rendered HAProxy config and the local S3 data go. */
+  workDir: string;
+  /** The compiled repository (dist/); default: the one this module runs from, else ./dist. */
+  distDir?: string;
+  /** Extra environment for every instance (plans, lease TTLs, ...). */
+  env?: Record<string, string>;
+  /** Every output line of every process, with its name. */
+  onLine?: (name: string, line: string) => void;
+}
+
+export interface ClusterProcess {
+  name: string;
+  role: Role;
+  port: number;
+  url: string;
+  child: ChildProcess;
+  /** Output lines so far (JSON log lines of our processes). */
+  lines: string[];
+  exited: Promise<number | null>;
+  env: Record<string, string>;
+}
+
+export interface Cluster {
+  url: string;
+  wsUrl: string;
+  port: number;
+  processes: Map<string, ClusterProcess>;
+  haproxy: ChildProcess;
+  haproxyConfig: string;
+  s3Endpoint: string;
+  /** Starts one more instance of a role (or restarts a stopped one under its name and port). */
+  start(name: string): Promise<ClusterProcess>;
+  /** Stops everything (SIGTERM, then SIGKILL after a grace). */
+  stop(): Promise<void>;
+}
+
+/** The dist/ directory the processes run from. */
+function defaultDistDir(): string {
+  // scripts/cluster → repo root; dist/scripts/cluster → dist.
+  const up = path.resolve(here, '../..');
+  return path.basename(up) === 'dist' ? up : path.join(up, 'dist');
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Creates the database of `url` on its server when it does not exist yet. */
+export async function ensureDatabase(url: string): Promise<void> {
+  const name = decodeURIComponent(new URL(url).pathname.slice(1));
+  if (!name) return;
+  const admin = new URL(url);
+  admin.pathname = '/postgres';
+  const c = new pg.Client({ connectionString: admin.toString() });
+  await c.connect();
+  try {
+    const { rowCount } = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (!rowCount) await c.query(`CREATE DATABASE "${name.replace(/"/g, '""')}"`);
+  } finally {
+    await c.end();
+  }
+}
+
+/** Waits until `url` answers 200 (or the process exits, or the time is up). */
+export async function waitHttpOk(url: string, timeoutMs: number, exited?: Promise<unknown>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let gone = false;
+  void exited?.then(() => (gone = true));
+  let last = '';
+  while (Date.now() < deadline && !gone) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+      await res.body?.cancel();
+      if (res.ok) return;
+      last = `status ${res.status}`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${url} not ready${gone ? ' (process exited)' : ''}: ${last}`);
+}
+
+function haproxyBinary(): string {
+  for (const p of ['/usr/sbin/haproxy', '/usr/local/sbin/haproxy', '/usr/bin/haproxy'])
+    if (fs.existsSync(p)) return p;
+  throw new Error("HAProxy is not installed: run `npm run setup` (installs Debian's haproxy)");
+}
+
+const ENTRY: Record<Role, string> = {
+  api: 'api/main.js',
+  realtime: 'realtime/main.js',
+  engine: 'engine/main.js',
+};
+const READY_PATH: Record<Role, string> = {
+  api: '/readyz/instance',
+  realtime: '/readyz',
+  engine: '/readyz',
+};
+
+export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
+  const dist = opts.distDir ?? defaultDistDir();
+  for (const role of Object.keys(ENTRY) as Role[])
+    if (!fs.existsSync(path.join(dist, ENTRY[role])))
+      throw new Error(`${path.join(dist, ENTRY[role])} missing: run \`npm run build\` first`);
+  fs.mkdirSync(opts.workDir, { recursive: true });
+  const started: (() => Promise<void>)[] = [];
+  const processes = new Map<string, ClusterProcess>();
+  let haproxyChild: ChildProcess | undefined;
+  let haproxyLines: string[] | undefined;
+  // Outside in: the load balancer, then the instances (they drain), then the engines they call, then S3.
+  const stopAll = async () => {
+    if (haproxyChild) await stopProcess(haproxyChild, 5000);
+    const tier = (roles: Role[]) =>
+      Promise.all(
+        [...processes.values()]
+          .filter((p) => roles.includes(p.role))
+          .map((p) => stopProcess(p.child, 20_000)),
+      );
+    await tier(['api', 'realtime']);
+    await tier(['engine']);
+    for (const fn of started.reverse()) await fn().catch(() => {});
+  };
+
+  try {
+    // S3-compatible store shared by every API instance (artifacts, checkpoints).
+    let s3Endpoint = opts.s3Endpoint;
+    let s3Env: Record<string, string> = {};
+    if (!s3Endpoint) {
+      const dir = path.join(opts.workDir, 's3');
+      fs.mkdirSync(dir, { recursive: true });
+      const server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: dir });
+      const addr = (await server.run()) as net.AddressInfo;
+      started.push(() => server.close());
+      s3Endpoint = `http://127.0.0.1:${addr.port}`;
+      // s3rver accepts its fixed development credentials.
+      s3Env = { S3_ACCESS_KEY_ID: 'S3RVER', S3_SECRET_ACCESS_KEY: 'S3RVER' };
+    }
+
+    await ensureDatabase(opts.databaseUrl);
+    const ports = {
+      api: await Promise.all(Array.from({ length: opts.apis }, freePort)),
+      realtime: await Promise.all(Array.from({ length: opts.realtimes }, freePort)),
+      engine: await Promise.all(Array.from({ length: opts.engines }, freePort)),
+    };
+    const loopback = (p: number) => `127.0.0.1:${p}`;
+    // The compose file's x-app environment, with loopback addresses.
+    const common: Record<string, string> = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      NODE_ENV: 'production',
+      DATABASE_URL: opts.databaseUrl,
+      REDIS_URL: opts.redisUrl,
+      GATEWAY_ADMIN_TOKEN: opts.adminToken,
+      GATEWAY_SESSION_TOKEN_SECRET: opts.sessionSecret,
+      WEBHOOK_SECRET: opts.webhookSecret,
+      STT_WORKER_URLS: ports.engine.map((p, i) => `engine${i + 1}=http://${loopback(p)}`).join(','),
+      STT_ATTEMPT_TIMEOUT_MS: '30000',
+      STT_BUDGET_MS: '60000',
+      TRUST_PROXY: 'true',
+      LOG_LEVEL: 'info',
+      REALTIME_READY_URLS: ports.realtime.map((p) => `http://${loopback(p)}/readyz`).join(','),
+      ARTIFACT_STORE: 's3',
+      S3_ENDPOINT: s3Endpoint,
+      S3_BUCKET: 'transcriptions',
+      S3_FORCE_PATH_STYLE: 'true',
+      ...s3Env,
+      // The one-shot migration below has run: instances do not migrate.
+      MIGRATE_ON_START: 'false',
+      // On SIGTERM an API first fails its load-balancer check, then stops (fall 2 x 500 ms < 2 s).
+      SHUTDOWN_DRAIN_DELAY_MS: '2000',
+      ...opts.env,
+    };
+
+    const specs = new Map<string, { role: Role; port: number }>();
+    (['engine', 'api', 'realtime'] as Role[]).forEach((role) =>
+      ports[role].forEach((port, i) => specs.set(`${role}${i + 1}`, { role, port })),
+    );
+
+    const envFor = (name: string, role: Role, port: number): Record<string, string> => {
+      const dataDir = path.join(opts.workDir, name);
+      const own: Record<string, string> = {
+        api: { HOST: '127.0.0.1', PORT: String(port) },
+        realtime: { REALTIME_HOST: '127.0.0.1', REALTIME_PORT: String(port) },
+        engine: { ENGINE_HOST: '127.0.0.1', ENGINE_PORT: String(port), STT_THREADS: '1' },
+      }[role];
+      return { ...common, DATA_DIR: dataDir, ...own };
+    };
+
+    const start = async (name: string): Promise<ClusterProcess> => {
+      const spec = specs.get(name);
+      if (!spec) throw new Error(`no process named ${name}`);
+      const env = envFor(name, spec.role, spec.port);
+      const proc = spawnProcess(
+        name,
+        spec.role,
+        process.execPath,
+        [path.join(dist, ENTRY[spec.role])],
+        env,
+        opts,
+      );
+      proc.port = spec.port;
+      proc.url = `http://127.0.0.1:${spec.port}`;
+      processes.set(name, proc);
+      await waitHttpOk(proc.url + READY_PATH[spec.role], 120_000, proc.exited).catch((err: Error) => {
+        throw new Error(`${name}: ${err.message}\n${proc.lines.slice(-3).join('\n')}`);
+      });
+      if (haproxyLines) await backInRotation(name, haproxyLines);
+      return proc;
+    };
+
+    // One-shot migration (compose: the `migrate` service), before any instance starts.
+    const migrate = spawnProcess(
+      'migrate',
+      'api',
+      process.execPath,
+      [path.join(dist, 'scripts/migrate.js')],
+      { ...common, DATA_DIR: path.join(opts.workDir, 'migrate') },
+      opts,
+    );
+    const migrated = await migrate.exited;
+    if (migrated !== 0)
+      throw new Error(`migration failed (exit ${migrated}): ${migrate.lines.slice(-5).join('\n')}`);
+
+    const names = (role: Role) => [...specs].filter(([, s]) => s.role === role).map(([n]) => n);
+    await Promise.all(names('engine').map(start));
+    await Promise.all([...names('api'), ...names('realtime')].map(start));
+
+    // HAProxy with the images' config, rendered for these ports.
+    const port = opts.port || (await freePort());
+    const cfgPath = path.join(opts.workDir, 'haproxy.cfg');
+    const rendered = renderHaproxyConfig(fs.readFileSync(haproxyConfigPath(), 'utf8'), {
+      bind: loopback(port),
+      servers: { api: ports.api.map(loopback), realtime: ports.realtime.map(loopback) },
+    });
+    fs.writeFileSync(cfgPath, rendered);
+    const haproxy = spawnProcess('haproxy', 'api', haproxyBinary(), ['-db', '-f', cfgPath], common, opts);
+    haproxyChild = haproxy.child;
+    haproxyLines = haproxy.lines;
+    const url = `http://127.0.0.1:${port}`;
+    await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited).catch((err: Error) => {
+      // A taken PORT, for example: HAProxy says why in its last lines.
+      throw new Error(`${err.message}\n${haproxy.lines.slice(-3).join('\n')}`);
+    });
+
+    return {
+      url,
+      wsUrl: `ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`,
+      port,
+      processes,
+      haproxy: haproxy.child,
+      haproxyConfig: cfgPath,
+      s3Endpoint,
+      start,
+      stop: stopAll,
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
+
+/**
+ * A restarted instance is back when HAProxy's checks have brought it UP again
+ * (`rise`); HAProxy prints each server's state changes
+ * (`Server api/api1 is DOWN`, `... is UP`).
+ */
+async function backInRotation(name: string, haproxyLines: string[], timeoutMs = 30_000): Promise<void> {
+  const state = new RegExp(`Server \\S+/${name} is (UP|DOWN)`);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const last = [...haproxyLines].reverse().find((l) => state.test(l));
+    if (!last || state.exec(last)![1] === 'UP') return;
+    if (Date.now() > deadline) throw new Error(`${name} is ready but HAProxy still has it DOWN`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function spawnProcess(
+  name: string,
+  role: Role,
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  opts: ClusterOptions,
+): ClusterProcess {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  const log = fs.createWriteStream(path.join(opts.workDir, `${name}.log`), { flags: 'a' });
+  for (const stream of [child.stdout!, child.stderr!]) {
+    let rest = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      const parts = (rest + chunk).split('\n');
+      rest = parts.pop() ?? '';
+      for (const line of parts) {
+        lines.push(line);
+        log.write(line + '\n');
+        opts.onLine?.(name, line);
+      }
+    });
+  }
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code, signal) => {
+      log.end();
+      resolve(code ?? (signal ? -1 : null));
+    }),
+  );
+  return { name, role, port: 0, url: '', child, lines, exited, env };
+}
+
+/** SIGTERM, then SIGKILL when it has not exited within `graceMs`. */
+export async function stopProcess(child: ChildProcess, graceMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Settings of `npm run cluster` from the environment (as compose: secrets are required). */
+export function clusterOptionsFromEnv(env: NodeJS.ProcessEnv): ClusterOptions {
+  const need = (name: string) => {
+    const v = env[name];
+    if (!v) throw new Error(`set ${name} (as for docker compose)`);
+    return v;
+  };
+  const count = (name: string, fallback: number) => {
+    const n = Number(env[name] ?? fallback);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number >= 1`);
+    return n;
+  };
+  const s3Endpoint = env.S3_ENDPOINT || undefined;
+  return {
+    port: Number(env.PORT ?? 8080),
+    apis: count('CLUSTER_APIS', 2),
+    realtimes: count('CLUSTER_REALTIMES', 2),
+    engines: count('CLUSTER_ENGINES', 2),
+    databaseUrl: env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/stt_cluster',
+    redisUrl: env.REDIS_URL || 'redis://127.0.0.1:6379',
+    adminToken: need('GATEWAY_ADMIN_TOKEN'),
+    sessionSecret: need('GATEWAY_SESSION_TOKEN_SECRET'),
+    webhookSecret: need('WEBHOOK_SECRET'),
+    s3Endpoint,
+    workDir: path.resolve(
+      env.CLUSTER_DIR || path.join(os.tmpdir(), `stt-cluster-${randomBytes(3).toString('hex')}`),
+    ),
+    env: s3Endpoint
+      ? {
+          S3_ACCESS_KEY_ID: need('S3_ACCESS_KEY_ID'),
+          S3_SECRET_ACCESS_KEY: need('S3_SECRET_ACCESS_KEY'),
+          ...(env.S3_BUCKET ? { S3_BUCKET: env.S3_BUCKET } : {}),
+        }
+      : {},
+  };
+}

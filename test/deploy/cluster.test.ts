@@ -1,0 +1,483 @@
+/**
+ * The scaled deployment, run for real: `npm run cluster`'s topology (2 API,
+ * 2 realtime and 2 engine processes from dist/, s3rver, this machine's
+ * Postgres and Redis, HAProxy with docker/haproxy.cfg rendered for loopback),
+ * exercised through the load balancer and then partly killed.
+ */
+import { spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { Webhook } from 'standardwebhooks';
+import { createDb } from '../../shared/db/index.js';
+import { createArtifactStore, tenantStore } from '../../shared/storage/index.js';
+import { loadConfig } from '../../shared/config/index.js';
+import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
+import { freePort, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';
+import {
+  AUDIO_DIR,
+  bearer,
+  connect,
+  eventually,
+  readPcm,
+  refused,
+  repoRoot,
+  silence,
+  type Client,
+} from '../realtime/helpers.js';
+import { startFileServer, type FileServer } from '../batch/helpers.js';
+import { runK6Script } from '../load/k6/node-runner.js';
+import {
+  ADMIN_TOKEN,
+  buildDist,
+  counterSum,
+  deployCluster,
+  errorLines,
+  SESSION_SECRET,
+  WEBHOOK_SECRET,
+  type DeployedCluster,
+} from './helpers.js';
+
+const KEYS = '/v1/external-transcription/keys';
+/** test/.tmp (ignored by git): audio served to the cluster, data directories. */
+const tmpRoot = () => {
+  const dir = path.join(repoRoot, 'test/.tmp');
+  fs.mkdirSync(dir, { recursive: true });
+  return dir;
+};
+const LEASE_TTL_MS = 3000;
+/** 3 s of speech: transcribed in time even when the shared machine's cores are busy. */
+const SHORT_CLIP = 'librivox-austen-0880.wav';
+
+describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function () {
+  this.timeout(120_000);
+  let d: DeployedCluster;
+  let c: Cluster;
+  let files: FileServer;
+  const audio = fs.mkdtempSync(path.join(tmpRoot(), 'deploy-'));
+
+  const issue = async (plan: string, owner = 'tenant-deploy') => {
+    const res = await request(c.url)
+      .post(KEYS)
+      .set('authorization', `Bearer ${ADMIN_TOKEN}`)
+      .send({ owner_id: owner, plan });
+    expect(res.status, JSON.stringify(res.body)).to.be.oneOf([200, 201]);
+    return { key: res.body.data.key as string, id: res.body.data.id as string };
+  };
+  const proc = (name: string) => c.processes.get(name)!;
+  const stats = async (name: string) =>
+    (await fetch(`${proc(name).url}/stats`).then((r) => r.json())) as { sessions: number };
+  const speechCalls = async () => {
+    let n = 0;
+    for (const name of ['api1', 'api2']) {
+      const text = await fetch(`${proc(name).url}/metrics`).then((r) => r.text());
+      n += counterSum(text, 'stt_speech_requests_total');
+    }
+    return n;
+  };
+  const poll = (key: string, id: string) =>
+    request(c.url).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`);
+  const waitDone = async (key: string, id: string, ms = 90_000) =>
+    eventually(
+      async () => (await poll(key, id)).body,
+      (b) => b.status === 'complete' || b.status === 'errored',
+      ms,
+    );
+  /** A session through the load balancer that has said `session.created`. */
+  const session = async (key: string): Promise<Client> => {
+    const s = await connect(c.wsUrl, bearer(key));
+    await s.next('session.created');
+    return s;
+  };
+
+  before(async function () {
+    this.timeout(300_000);
+    // A long clip for the crash test (50 s): the test clips one after another.
+    const clips = fs.readdirSync(AUDIO_DIR).filter((f) => f.endsWith('.wav'));
+    execFileSync('sox', [...clips.map((f) => path.join(AUDIO_DIR, f)), path.join(audio, 'long.wav')]);
+    fs.copyFileSync(path.join(AUDIO_DIR, SHORT_CLIP), path.join(audio, 'short.wav'));
+    files = await startFileServer(audio);
+    d = await deployCluster({
+      env: {
+        OUTBOUND_ALLOW: '127.0.0.1',
+        BATCH_LEASE_SECONDS: '2',
+        BATCH_SWEEP_INTERVAL_MS: '300',
+        REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
+        REALTIME_LEASE_RENEW_MS: '500',
+        // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
+        USAGE_CHECKPOINT_MS: '500',
+        WEBHOOK_BASE_DELAY_SECONDS: '1',
+        // This test is about the deployment, not decoding speed: on a shared machine whose cores are
+        // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.
+        STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
+      },
+    });
+    c = d.cluster;
+  });
+  after(async function () {
+    this.timeout(60_000);
+    await d?.close();
+    await files?.close();
+    fs.rmSync(audio, { recursive: true, force: true });
+  });
+
+  it('renders docker/haproxy.cfg for loopback, and HAProxy accepts it under an ordinary fd limit', () => {
+    const cfg = fs.readFileSync(c.haproxyConfig, 'utf8');
+    const source = fs.readFileSync(path.join(repoRoot, 'docker/haproxy.cfg'), 'utf8');
+    // Only the bind and server lines differ from the images' file.
+    const strip = (s: string) => s.split('\n').filter((l) => !/^\s*(bind|server)\s/.test(l));
+    expect(strip(cfg)).to.deep.equal(strip(source));
+    expect(cfg.match(/^\s*server /gm)).to.have.length(4);
+    const out = execFileSync('bash', ['-c', `ulimit -n 1024 && haproxy -c -f ${c.haproxyConfig}`], {
+      encoding: 'utf8',
+    });
+    expect(out).to.match(/Configuration file is valid/);
+  });
+
+  it('admin, plans and health through the load balancer', async () => {
+    const plans = await request(c.url).get('/v1/external-transcription/plans').expect(200);
+    expect(plans.body.ok).to.equal(true);
+    const { id } = await issue('free');
+    for (let i = 0; i < 4; i++) {
+      const res = await request(c.url).get(`${KEYS}/${id}`).set('authorization', `Bearer ${ADMIN_TOKEN}`);
+      expect(res.status).to.equal(200);
+      expect(res.body.data.id).to.equal(id);
+    }
+    await request(c.url).get('/readyz').expect(200);
+    // Prometheus scrapes instances directly; the public port does not expose it.
+    await request(c.url).get('/metrics').expect(404);
+  });
+
+  it('segment transcription through the load balancer', async () => {
+    const { key } = await issue('pro');
+    const res = await request(c.url)
+      .post('/v1/audio/transcriptions')
+      .set('authorization', `Bearer ${key}`)
+      .attach('file', path.join(AUDIO_DIR, SHORT_CLIP), SHORT_CLIP)
+      .field('response_format', 'json');
+    expect(res.status, JSON.stringify(res.body)).to.equal(200);
+    expect(res.body.text.toLowerCase()).to.match(/young|man|disposed/);
+  });
+
+  it('a realtime session on each instance transcribes speech', async () => {
+    const { key } = await issue('pro');
+    const a = await session(key);
+    const b = await session(key);
+    expect([(await stats('realtime1')).sessions, (await stats('realtime2')).sessions]).to.deep.equal([1, 1]);
+    const speech = Buffer.concat([readPcm(SHORT_CLIP), silence(1500)]);
+    await Promise.all([a.stream(speech, { pace: 4 }), b.stream(speech, { pace: 4 })]);
+    for (const s of [a, b]) {
+      const done = await s.next('conversation.item.input_audio_transcription.completed', 60_000);
+      expect(done.error ?? null).to.equal(null);
+      s.ws.close(1000);
+      await s.closed;
+    }
+  });
+
+  it('tokens from either API are accepted by either realtime instance', async () => {
+    const { key } = await issue('pro');
+    for (const api of ['api1', 'api2']) {
+      const tok = await request(proc(api).url)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('authorization', `Bearer ${key}`)
+        .expect(200);
+      const token = tok.body.token as string;
+      expect(token).to.match(/^rt_/);
+      for (const rt of ['realtime1', 'realtime2']) {
+        const url = `${proc(rt).url.replace('http', 'ws')}/v1/audio/transcriptions/stream?access_token=${token}`;
+        const s = await connect(url);
+        await s.next('session.created');
+        s.ws.close(1000);
+        await s.closed;
+      }
+    }
+  });
+
+  it('the k6 realtime script through the load balancer (Node runner): no failed utterances, no 1013 closes', async () => {
+    const { key } = await issue('pro', 'tenant-k6');
+    const result = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
+      URL: c.wsUrl,
+      KEY: key,
+      VUS: '2',
+      DURATION_S: '8',
+    });
+    expect(result.metrics.rt_connect_ms.count).to.be.at.least(2);
+    expect(result.metrics.rt_utterances.count).to.be.at.least(2);
+    expect(result.metrics.rt_failed_utterances?.count ?? 0).to.equal(0);
+    expect(result.metrics.rt_close_1013?.count ?? 0).to.equal(0);
+    expect(result.metrics.rt_refused_connects?.count ?? 0).to.equal(0);
+    const byMetric = Object.fromEntries(result.thresholds.map((t) => [t.metric, t]));
+    for (const m of ['rt_connect_ms', 'rt_failed_utterances', 'rt_close_1013'])
+      expect(byMetric[m].ok, m).to.equal(true);
+  });
+
+  it('plan limits are exact across instances (free: 12 requests a minute, 1 connection)', async () => {
+    const { key } = await issue('free');
+    const statuses: number[] = [];
+    for (let i = 0; i < 14; i++) {
+      const res = await request(c.url)
+        .post('/v1/audio/transcriptions/session-token')
+        .set('authorization', `Bearer ${key}`);
+      statuses.push(res.status);
+    }
+    expect(statuses.filter((s) => s === 200)).to.have.length(12);
+    expect(statuses.slice(12)).to.deep.equal([429, 429]);
+
+    const { key: k2 } = await issue('free');
+    const s = await session(k2);
+    // The load balancer sends the second to the other instance (fewer connections): still refused.
+    const r = await refused(c.wsUrl, bearer(k2).headers);
+    expect(r.status).to.equal(429);
+    expect(r.body.error.code).to.equal('too_many_connections');
+    s.ws.close(1000);
+    await s.closed;
+  });
+
+  it('/r2 artifacts, request_id reuse and one webhook secret from any instance', async () => {
+    const { key } = await issue('pro', 'tenant-r2');
+    const requestId = `deploy-r2-${Date.now()}`;
+    const submit = () =>
+      request(c.url)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({
+          audio_url: `${files.url}/short.wav`,
+          request_id: requestId,
+          webhook_url: `${files.url}/hook`,
+        });
+    const first = await submit();
+    expect(first.status, JSON.stringify(first.body)).to.equal(202);
+    const done = await waitDone(key, first.body.workflow_id);
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    // Every request through the load balancer (both API instances) sees the artifact.
+    for (let i = 0; i < 4; i++) {
+      const res = await request(c.url)
+        .get(`/r2/transcription/${requestId}/result.json`)
+        .set('authorization', `Bearer ${key}`);
+      expect(res.status, `request ${i}`).to.equal(200);
+    }
+    // The same request_id again, on whichever instance: the checkpoints are reused, nothing is transcribed.
+    const calls = await speechCalls();
+    for (let i = 0; i < 2; i++) {
+      const again = await submit();
+      expect(again.status).to.equal(202);
+      expect((await waitDone(key, again.body.workflow_id)).status).to.equal('complete');
+    }
+    expect(await speechCalls()).to.equal(calls);
+    // Every delivery verifies with the one WEBHOOK_SECRET, whichever instance sent it.
+    const hooks = await eventually(
+      async () => files.posts.filter((p) => p.path === '/hook'),
+      (h) => h.length >= 3,
+      30_000,
+    );
+    expect(hooks.length).to.be.at.least(3);
+    const wh = new Webhook(WEBHOOK_SECRET);
+    for (const h of hooks) wh.verify(h.body, h.headers as Record<string, string>);
+  });
+
+  it('a batch job resumes on the other API instance after its runner is SIGKILLed', async function () {
+    this.timeout(360_000);
+    const owner = 'tenant-crash';
+    const { key } = await issue('pro', owner);
+    const requestId = `deploy-crash-${Date.now()}`;
+    const sub = await request(c.url)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({
+        audio_url: `${files.url}/long.wav`,
+        request_id: requestId,
+        segment_seconds: 5,
+        concurrency: 2,
+      });
+    expect(sub.status).to.equal(202);
+    const id = sub.body.workflow_id as string;
+    const cfg = loadConfig({ ...proc('api1').env });
+    const store = tenantStore(createArtifactStore(cfg.batch.storage), owner);
+    const prefix = `transcription/${requestId}/`;
+    await eventually(
+      async () => (await store.list(prefix)).filter((k) => /chunk_\d+\.json$/.test(k)).length,
+      (n) => n >= 2,
+      120_000,
+    );
+    const db = createDb(d.db.url, { poolMax: 1 });
+    let runner: string;
+    try {
+      const row = await db('batch_workflows').where({ id }).first();
+      const pid = Number(String(row.lease_owner).split('-')[0]);
+      runner = [...c.processes.values()].find((p) => p.child.pid === pid)!.name;
+    } finally {
+      await db.destroy();
+    }
+    expect(runner).to.match(/^api[12]$/);
+    proc(runner).child.kill('SIGKILL');
+    await proc(runner).exited;
+    const done = await waitDone(key, id, 300_000);
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    expect(done.output.result.metadata.chunk_count).to.be.at.least(5);
+    await store.close();
+    await c.start(runner);
+  });
+
+  it('SIGKILL of a realtime instance: its clients reconnect through the load balancer within 2 s', async () => {
+    const { key } = await issue('pro', 'tenant-rtkill');
+    const a = await session(key);
+    const b = await session(key);
+    const onKilled = (await stats('realtime1')).sessions === 1 ? 'realtime1' : 'realtime2';
+    proc(onKilled).child.kill('SIGKILL');
+    const killedAt = Date.now();
+    // Exactly one of the two was on the killed instance; it sees the connection drop.
+    const dropped = await Promise.race([a.closed.then(() => a), b.closed.then(() => b)]);
+    expect(dropped.events[0].type).to.equal('session.created');
+    const again = await session(key);
+    expect(Date.now() - killedAt).to.be.below(2000);
+    again.ws.close(1000);
+    for (const s of [a, b]) if (s !== dropped) s.ws.close(1000);
+    await c.start(onKilled);
+  });
+
+  it('SIGKILL of a realtime instance: the killed sessions are billed within one lease TTL (usage ledger)', async () => {
+    const { key, id: keyId } = await issue('pro', 'tenant-rtbill');
+    const a = await session(key);
+    const b = await session(key);
+    await Promise.all([a.stream(readPcm('jfk.wav'), { pace: 4 }), b.stream(readPcm('jfk.wav'), { pace: 4 })]);
+    // Some audio has been counted by each instance's checkpoints before the kill.
+    await new Promise((r) => setTimeout(r, 1500));
+    const onKilled = (await stats('realtime1')).sessions >= 1 ? 'realtime1' : 'realtime2';
+    const sessionIds = [a, b].map((s) => s.events[0].session_id as string);
+    proc(onKilled).child.kill('SIGKILL');
+    const dropped = await Promise.race([a.closed.then(() => a), b.closed.then(() => b)]);
+    const killedId = dropped.events[0].session_id as string;
+    expect(sessionIds).to.include(killedId);
+    const db = createDb(d.db.url, { poolMax: 1 });
+    try {
+      // Billed: the session's ledger row is no longer `live` (its lease lapsed: `lapsed`, counted as usage).
+      const rows = await eventually(
+        () => db('usage_events').where({ key_id: keyId, plane: 'realtime', ref_id: killedId }),
+        (r) => r.length > 0 && (r[0].status ?? 'final') !== 'live',
+        LEASE_TTL_MS + 3000,
+      );
+      expect(rows, 'usage row of the killed session').to.have.length(1);
+      expect(rows[0].status ?? 'final').not.to.equal('live');
+      expect(rows[0].audio_seconds).to.be.above(0);
+    } finally {
+      await db.destroy();
+      for (const s of [a, b]) if (s !== dropped) s.ws.close(1000);
+      await c.start(onKilled);
+    }
+  });
+
+  it('SIGKILL of an API instance: the load balancer routes around it within 2 s', async () => {
+    proc('api1').child.kill('SIGKILL');
+    const killedAt = Date.now();
+    const failures: number[] = [];
+    while (Date.now() - killedAt < 4000) {
+      const res = await request(c.url).get('/v1/external-transcription/plans');
+      if (res.status !== 200) failures.push(Date.now() - killedAt);
+    }
+    // Connections refused by the dead instance are redispatched: at worst failures in the first 2 s.
+    expect(failures.filter((t) => t >= 2000)).to.deep.equal([]);
+    await c.start('api1');
+  });
+
+  it('SIGTERM of each API and realtime instance drains without an error', async function () {
+    this.timeout(180_000);
+    const { key } = await issue('pro', 'tenant-term');
+    for (const name of ['api1', 'api2', 'realtime1', 'realtime2']) {
+      const p = proc(name);
+      const isRealtime = name.startsWith('realtime');
+      const before = p.lines.length;
+      const open = isRealtime ? await session(key) : undefined;
+      // Sessions land by connection count: make sure one is on the instance being stopped.
+      const extra = isRealtime && (await stats(name)).sessions === 0 ? await session(key) : undefined;
+      // Requests keep flowing through the load balancer while it drains.
+      let stop = false;
+      const traffic = (async () => {
+        const bad: number[] = [];
+        while (!stop) {
+          const res = await request(c.url).get('/v1/external-transcription/plans');
+          if (res.status !== 200) bad.push(res.status);
+        }
+        return bad;
+      })();
+      p.child.kill('SIGTERM');
+      expect(await p.exited, `${name} exit code`).to.equal(0);
+      stop = true;
+      expect(await traffic).to.deep.equal([]);
+      expect(errorLines(p.lines.slice(before)), `${name} error lines`).to.deep.equal([]);
+      if (isRealtime) {
+        const closes = await Promise.all(
+          [open!, extra]
+            .filter(Boolean)
+            .map((s) => Promise.race([s!.closed, new Promise<null>((r) => setTimeout(r, 100, null))])),
+        );
+        expect(closes.filter(Boolean).map((x) => x!.code)).to.include(1001);
+        // New sessions go to the instance that is still there.
+        const s = await session(key);
+        s.ws.close(1000);
+        for (const o of [open, extra]) o?.ws.close(1000);
+      }
+      await c.start(name);
+    }
+  });
+});
+
+describe('deployment: 5 API instances starting together on an empty database', function () {
+  this.timeout(240_000);
+
+  it('all five migrate, start pg-boss and become ready without a crash', async () => {
+    await buildDist();
+    const db = await createTestDatabase('stt_deploy_first');
+    // An empty database: drop what the helper migrated.
+    const admin = createDb(db.url, { poolMax: 1 });
+    await admin.raw('DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE');
+    await admin.destroy();
+    const dataDir = fs.mkdtempSync(path.join(tmpRoot(), 'first-start-'));
+    const children = await Promise.all(
+      Array.from({ length: 5 }, async (_, i) => {
+        const port = await freePort();
+        const child = spawn(process.execPath, [path.join(repoRoot, 'dist/api/main.js')], {
+          env: {
+            PATH: process.env.PATH,
+            DATABASE_URL: db.url,
+            REDIS_URL: TEST_REDIS_URL,
+            GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN,
+            GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+            WEBHOOK_SECRET,
+            HOST: '127.0.0.1',
+            PORT: String(port),
+            DATA_DIR: path.join(dataDir, String(i)),
+            MIGRATE_ON_START: 'true',
+            STT_THREADS: '1',
+            LOG_LEVEL: 'warn',
+          },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        let out = '';
+        child.stdout!.on('data', (b: Buffer) => (out += b));
+        child.stderr!.on('data', (b: Buffer) => (out += b));
+        const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+        return { child, port, exited, output: () => out };
+      }),
+    );
+    try {
+      await Promise.all(
+        children.map(async (ch) => {
+          await waitHttpOk(`http://127.0.0.1:${ch.port}/health`, 180_000, ch.exited).catch((err: Error) => {
+            throw new Error(`${err.message}\n${ch.output()}`);
+          });
+        }),
+      );
+      for (const ch of children) {
+        expect(ch.child.exitCode, ch.output()).to.equal(null);
+        expect(ch.output()).not.to.match(/deadlock/i);
+      }
+    } finally {
+      await Promise.all(children.map((ch) => stopProcess(ch.child, 20_000)));
+      await db.drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+    for (const ch of children) expect(await ch.exited, ch.output()).to.equal(0);
+  });
+});

@@ -1,0 +1,81 @@
+/**
+ * Faults: one of two real engine worker processes (engine/server.ts) is
+ * killed (SIGKILL) while the API sends it segment requests. Invariants: the
+ * API answers every request with a success or a documented error
+ * (502 transcription_failed, 503 with Retry-After), keeps serving through
+ * the remaining worker, and each request answered 200 is billed once.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
+import { AUDIO_DIR, startEngine, type EngineProcess } from '../speech/helpers.js';
+import { leaks, sleep, waitFor } from './cluster.js';
+
+describe('faults: an engine worker killed under segment load', function () {
+  this.timeout(180_000);
+  let engines: EngineProcess[] = [];
+  let t: TestApp;
+  let key: string;
+  let keyId: string;
+
+  before(async () => {
+    engines = await Promise.all([startEngine(), startEngine()]);
+    t = await createTestApp({
+      STT_WORKER_URLS: engines.map((e) => e.url).join(','),
+      // Correctness under a kill, not speed: a loaded CI machine must not time decodes out.
+      STT_ATTEMPT_TIMEOUT_MS: '8000',
+      STT_BUDGET_MS: '16000',
+      STT_HEALTH_TIMEOUT_MS: '2000',
+      PLANS_JSON: JSON.stringify({ load: { maxRequestsPerMinute: 100_000, maxAudioSecondsPerWindow: 1e7 } }),
+    });
+    ({ key, id: keyId } = await issueKey(t, { plan: 'load' }));
+  });
+  after(async () => {
+    await t?.close();
+    await Promise.all(engines.map((e) => e.kill()));
+  });
+
+  it('answers 200 or a documented error throughout and keeps serving on the other worker', async () => {
+    const audio = fs.readFileSync(path.join(AUDIO_DIR, 'librivox-austen-0880.wav'));
+    const answers: request.Response[] = [];
+    const send = async () => {
+      const res = await request(t.server)
+        .post('/v1/audio/transcriptions')
+        .set('authorization', `Bearer ${key}`)
+        .attach('file', audio, 'clip.wav');
+      answers.push(res);
+      return res;
+    };
+    let running = true;
+    const load = (async () => {
+      while (running) await Promise.all([send(), send()]);
+    })();
+    await waitFor('a first answer', async () => answers.length > 2, 60_000, 100);
+    await engines[0].kill();
+    await sleep(4000);
+    running = false;
+    await load;
+    await waitFor(
+      'a 200 on the remaining worker',
+      async () => (await send()).status === 200,
+      60_000,
+      200,
+    ).catch((err: Error) => {
+      const seen = answers.map((r) => `${r.status} ${r.status === 200 ? '' : r.text}`).slice(-12);
+      throw new Error(`${err.message}:\n${seen.join('\n')}`);
+    });
+
+    for (const r of answers) {
+      if (r.status === 200) continue;
+      expect([502, 503], r.text).to.include(r.status);
+      if (r.status === 503) expect(r.headers['retry-after'], r.text).to.match(/^\d+$/);
+      expect(r.body.error.code, r.text).to.be.a('string');
+      expect(leaks(r.text)).to.deep.equal([]);
+    }
+    const ok = answers.filter((r) => r.status === 200).length;
+    const rows = await t.deps.db('usage_events').where({ key_id: keyId, plane: 'segment' });
+    expect(rows.length).to.equal(ok);
+  });
+});

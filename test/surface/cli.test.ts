@@ -1,0 +1,114 @@
+/**
+ * The command-line clients' surface: `npm run stream -- -` reads audio in any
+ * format from stdin (a microphone pipe), and `npm run transcribe` shows per-file
+ * progress (upload, then decode; for a URL, the batch job's steps).
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import { ffmpegConvert, wer } from '../speech/helpers.js';
+import { AUDIO_DIR, realtimeWithBuiltinEngine, refs } from '../realtime/helpers.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { issueServiceKey, REPO_ROOT, startService, type RunningService } from '../helpers/service.js';
+import { startFileServer, type FileServer } from '../batch/helpers.js';
+
+function run(
+  cli: string,
+  args: string[],
+  stdin?: Buffer,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(REPO_ROOT, cli), ...args], {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env.PATH!, HOME: process.env.HOME ?? '/root' },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.stdin.on('error', () => {});
+    child.stdin.end(stdin);
+  });
+}
+
+const JFK =
+  'and so my fellow americans ask not what your country can do for you ask what you can do for your country';
+
+describe('CLI: stream from stdin', function () {
+  this.timeout(120_000);
+  const context = realtimeWithBuiltinEngine();
+
+  it('`npm run stream -- -` streams an MP3 piped on stdin and prints its utterances', async () => {
+    const ctx = context();
+    const { key } = await ctx.issueKey('pro');
+    const file = 'librispeech-1089-134686-0001.wav';
+    const mp3 = await ffmpegConvert(fs.readFileSync(path.join(AUDIO_DIR, file)), ['-f', 'mp3']);
+    const r = await run('cli/stream.ts', ['-', '--url', ctx.base, '--key', key, '--pace', '4'], mp3);
+    expect(r.code, r.stderr).to.equal(0);
+    const lines = r.stdout.trim().split('\n');
+    lines.forEach((l, i) => expect(l).to.match(new RegExp(`^#${i} \\d+:\\d\\d\\.\\d `)));
+    const text = lines.map((l) => l.split(' ').slice(2).join(' ')).join(' ');
+    expect(wer(refs().get(file)!, text), text).to.be.below(0.6);
+  });
+});
+
+describe('CLI: transcribe progress, files and URLs', function () {
+  this.timeout(300_000);
+  let db: TestDatabase;
+  let svc: RunningService;
+  let files: FileServer;
+  let key: string;
+
+  before(async () => {
+    db = await createTestDatabase('stt_cli');
+    files = await startFileServer(path.join(REPO_ROOT, 'samples'));
+    svc = await startService({
+      DATABASE_URL: db.url,
+      OUTBOUND_ALLOW: '127.0.0.1',
+      // Generous decode limits: the test machine is shared and loaded.
+      STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
+    });
+    key = (await issueServiceKey(svc, { owner_id: 'cli' })).key;
+  });
+  after(async () => {
+    await svc?.stop();
+    await files?.close();
+    await db?.drop();
+  });
+
+  it('shows the bytes uploaded, then the decode, for a file', async () => {
+    const r = await run('cli/transcribe.ts', [
+      'samples/jfk.wav',
+      '--url',
+      svc.baseUrl,
+      '--key',
+      key,
+      '--progress',
+    ]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(wer(JFK, r.stdout)).to.be.below(0.5);
+    expect(r.stderr).to.match(/jfk\.wav \[.*\] transcribing \(34\d KiB sent\)/);
+  });
+
+  it('runs a URL as a batch job, following its steps, and renders the result', async () => {
+    const r = await run('cli/transcribe.ts', [
+      `${files.url}/jfk.wav`,
+      '--url',
+      svc.baseUrl,
+      '--key',
+      key,
+      '--format',
+      'srt',
+      '--out',
+      path.join(svc.dataDir, 'subs'),
+      '--progress',
+    ]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stderr).to.match(/jfk\.wav \[.*\] (queued|running): \w+ \(\d+\/\d+ steps\)/);
+    const srt = fs.readFileSync(path.join(svc.dataDir, 'subs', 'jfk.srt'), 'utf8');
+    expect(srt).to.match(/^1\n00:00:\d\d,\d{3} --> /);
+    expect(r.stderr).to.include(`-> ${path.join(svc.dataDir, 'subs', 'jfk.srt')}`);
+  });
+});

@@ -1,0 +1,76 @@
+/** `session.update` options (interface 4.9) checked by the project's ajv: pure function, no server. */
+import { expect } from 'chai';
+import { applySessionUpdate, type SessionSettings } from '../../realtime/options.js';
+
+const base: SessionSettings = {
+  vad: true,
+  threshold: 0.5,
+  silenceMs: 500,
+  prefixMs: 300,
+  minSpeechMs: 250,
+  targetSpeechMs: 15_000,
+  maxSpeechMs: 30_000,
+  smartSplitWindowMs: 2_000,
+  language: 'auto',
+  prompt: 'hello',
+  backend: undefined,
+  sttModel: undefined,
+  normalizerModel: undefined,
+  translateTo: undefined,
+};
+const caps = { maxSpeechMsCap: 60_000 };
+const update = (msg: Record<string, unknown>) =>
+  applySessionUpdate(base, { type: 'session.update', ...msg }, caps);
+
+describe('unit: session.update options', () => {
+  it('applies camelCase and snake_case names, nested under `session` too, and strips unknown ones', () => {
+    const r = update({ vad_threshold: 0.7, sttModel: 'm', session: { language: 'zh-cn' }, colour: 'red' });
+    expect(r.ok).to.equal(true);
+    if (!r.ok) return;
+    expect(r.settings).to.include({ threshold: 0.7, sttModel: 'm', language: 'zh' });
+    expect(r.ignored).to.deep.equal(['colour']);
+    expect(r.languageChanged).to.equal(true);
+  });
+
+  it('rejects a wrong type or an out-of-range number and names the field', () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ vad: 'yes' }, 'session.update: vad must be a boolean'],
+      [{ prompt: 3 }, 'session.update: prompt must be a string'],
+      [{ vadSilenceMs: '500' }, 'session.update: vadSilenceMs must be a number'],
+      [{ vad_threshold: 0.99 }, 'session.update: vad_threshold must be <= 0.95'],
+      [{ vadPrefixMs: -1 }, 'session.update: vadPrefixMs must be >= 0'],
+      [{ vad_max_speech_ms: 999 }, 'session.update: vad_max_speech_ms must be >= 1000'],
+      [{ vadMaxSpeechMs: 90_000 }, 'session.update: vadMaxSpeechMs must be <= 60000'],
+      [
+        { language: 'klingon' },
+        'session.update: language must be a language code such as "en", "zh-cn" or "auto"',
+      ],
+    ];
+    for (const [msg, message] of cases) {
+      expect(update(msg), JSON.stringify(msg)).to.deep.equal({
+        ok: false,
+        code: 'invalid_session_update',
+        field: message.split(' ')[1],
+        message,
+      });
+    }
+  });
+
+  it('counts the prompt in characters (an emoji is one), up to 2000', () => {
+    const emoji = '😀'.repeat(2000);
+    expect(update({ prompt: emoji }).ok).to.equal(true);
+    const r = update({ prompt: emoji + 'x' });
+    expect(r).to.include({ ok: false, field: 'prompt' });
+  });
+
+  it('null unsets a text option and leaves the others as they are', () => {
+    const r = update({ prompt: null, vad: null, language: null });
+    expect(r.ok).to.equal(true);
+    if (r.ok) expect(r.settings).to.include({ prompt: undefined, vad: true, language: 'auto' });
+  });
+
+  it('does not take Object.prototype names for options', () => {
+    const r = update({ constructor: 1, toString: 'x', translateTo: 'fr' });
+    expect(r.ok && r.ignored).to.deep.equal(['constructor', 'toString', 'translateTo']);
+  });
+});
