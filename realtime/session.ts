@@ -13,7 +13,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
-import type { SpeechEngine } from '../shared/stt/types.js';
+import type {
+  SpeechEngine,
+  SpeechStream,
+  StreamingUtterance,
+  TranscribeResult,
+} from '../shared/stt/types.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { SegmenterEvent } from '../shared/vad/segmenter.js';
 import type { VadEvent, VadService, VadStream } from '../shared/vad/service.js';
@@ -90,6 +95,10 @@ export class RealtimeSession {
   private lastAudioAt: number;
   private settings: SessionSettings;
   private vad: VadStream | null = null;
+  /** The engine's streaming form for this session (null: clip form only). */
+  private speech: SpeechStream | null = null;
+  /** The open utterance, fed to a streaming decoder while it is spoken (null: clip form at its end). */
+  private streaming: StreamingUtterance | null = null;
   /** Mirror of the segmenter's state: an utterance is open. */
   private vadOpen = false;
   /** Flushes sent to the VAD whose `flushed` marker has not come back. */
@@ -297,7 +306,12 @@ export class RealtimeSession {
       return this.end(this.remainingWindowSeconds < perSession ? 'quotaExhausted' : 'sessionAudio');
     }
 
-    this.vad ??= this.deps.vad.open(this.settings, (evs) => this.onVadEvents(evs));
+    if (!this.vad) {
+      this.speech = this.deps.engine.openStream?.() ?? null;
+      this.vad = this.deps.vad.open(this.settings, (evs) => this.onVadEvents(evs), {
+        streamAudio: this.speech !== null,
+      });
+    }
     this.vad.push(buf);
   }
 
@@ -331,6 +345,10 @@ export class RealtimeSession {
 
   private handle(ev: SegmenterEvent): void {
     if (this.state === 'closed') return;
+    if (ev.type === 'audio') {
+      if (!this.dropping) this.streaming?.push(ev.pcm);
+      return;
+    }
     this.vadOpen = ev.type === 'start';
     if (ev.type === 'start') {
       // The bound on utterances in flight (3.3) holds even when several start and stop within one
@@ -346,6 +364,8 @@ export class RealtimeSession {
       this.openLanguage = this.settings.language;
       this.openPrompt = this.settings.prompt;
       this.openStartMs = ev.audioStartMs;
+      const language = this.openLanguage === 'auto' ? undefined : this.openLanguage;
+      this.streaming = this.speech?.begin({ language }) ?? null;
       this.emit({
         type: 'input_audio_buffer.speech_started',
         utterance_index: this.openIndex,
@@ -359,6 +379,8 @@ export class RealtimeSession {
       }
       const index = this.openIndex;
       this.openIndex = -1;
+      const streaming = this.streaming;
+      this.streaming = null;
       const stoppedAt = this.now();
       this.emit({
         type: 'input_audio_buffer.speech_stopped',
@@ -369,8 +391,8 @@ export class RealtimeSession {
       });
       // Sending speech_stopped may itself have closed the session (a client that stopped reading):
       // nothing more can reach it, so the utterance is not sent upstream.
-      if ((this.state as SessionState) === 'closed') return;
-      this.transcribe(index, ev.pcm, ev.speechMs, stoppedAt, this.openLanguage, this.openPrompt);
+      if ((this.state as SessionState) === 'closed') return streaming?.cancel();
+      this.transcribe(index, ev.pcm, ev.speechMs, stoppedAt, this.openLanguage, this.openPrompt, streaming);
     }
   }
 
@@ -381,6 +403,8 @@ export class RealtimeSession {
     stoppedAt: number,
     language: string,
     prompt: string | undefined,
+    /** The utterance was fed to a streaming decoder as it was spoken: only its end is left. */
+    streaming: StreamingUtterance | null,
   ): void {
     const cfg = this.deps.config;
     const audioMs = Math.round((pcm.length / BYTES_PER_SECOND) * 1000);
@@ -397,6 +421,7 @@ export class RealtimeSession {
     this.pending.set(index, p);
     this.inFlightBytes += pcm.length;
     if (this.inFlightBytes > cfg.upstreamHardBytes) {
+      streaming?.cancel();
       this.end('upstreamBackpressure');
       return;
     }
@@ -404,14 +429,16 @@ export class RealtimeSession {
       p.timedOut = true;
       abort.abort(new Error('transcription timed out'));
     }, cfg.transcribeTimeoutMs);
-    this.deps.engine
-      .transcribe({
-        pcm,
-        language: language === 'auto' ? undefined : language,
-        prompt,
-        model: this.settings.sttModel,
-        signal: abort.signal,
-      })
+    const result: Promise<TranscribeResult> = streaming
+      ? streaming.finish(abort.signal)
+      : this.deps.engine.transcribe({
+          pcm,
+          language: language === 'auto' ? undefined : language,
+          prompt,
+          model: this.settings.sttModel,
+          signal: abort.signal,
+        });
+    result
       .then(
         (r) => {
           this.deps.breaker.success();
@@ -594,6 +621,10 @@ export class RealtimeSession {
     this.ended = true;
     this.vad?.close();
     this.vad = null;
+    this.streaming?.cancel();
+    this.streaming = null;
+    this.speech?.close();
+    this.speech = null;
     this.onEnded?.({
       sessionId: this.sessionId,
       keyId: this.principal.keyId,

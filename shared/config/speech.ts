@@ -1,5 +1,6 @@
 import os from 'node:os';
 import { type Env, str, int, num, bool, list, ConfigError } from './env.js';
+import { DEFAULT_CMN, type CmnSettings } from '../stt/pocketsphinx/cmn.js';
 
 /** One member of the remote OpenAI-compatible worker pool. */
 export interface RemoteWorkerConfig {
@@ -32,6 +33,15 @@ export interface SpeechConfig {
     timeoutPerAudioSecondMs: number;
     /** Requests waiting for a free decoder beyond this are refused (503 engine_overloaded). */
     maxQueue: number;
+    /** Streaming form (realtime tier): incremental decoding while an utterance is spoken. */
+    streaming: boolean;
+    /** Threads of the streaming form, and its decoders in all (the memory bound; none free = clip form). */
+    streamThreads: number;
+    streamDecoders: number;
+    /** Session feature normalisation of the streaming form (shared/stt/pocketsphinx/cmn.ts). */
+    streamCmn: CmnSettings;
+    /** Decoder arguments of the streaming form, after `extraArgs` (bounds on the search per frame). */
+    streamExtraArgs: string[];
   };
   remote: {
     workers: RemoteWorkerConfig[];
@@ -127,6 +137,15 @@ export function speechConfig(env: Env): SpeechConfig {
       timeoutBaseMs: int(env, 'STT_BUILTIN_TIMEOUT_BASE_MS', 10_000, 1),
       timeoutPerAudioSecondMs: int(env, 'STT_BUILTIN_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
       maxQueue: int(env, 'STT_BUILTIN_MAX_QUEUE', 64, 0),
+      streaming: bool(env, 'STT_STREAMING', true),
+      streamThreads: int(env, 'STT_STREAM_THREADS', Math.max(1, os.availableParallelism()), 1),
+      streamDecoders: int(env, 'STT_STREAM_DECODERS', 16, 1),
+      streamExtraArgs: decoderArgs(str(env, 'STT_STREAM_ARGS', '-maxhmmpf 3000')),
+      streamCmn: {
+        bootstrapFrames: int(env, 'STT_STREAM_CMN_BOOTSTRAP_FRAMES', DEFAULT_CMN.bootstrapFrames, 0),
+        priorFrames: DEFAULT_CMN.priorFrames,
+        window: int(env, 'STT_STREAM_CMN_WINDOW_FRAMES', DEFAULT_CMN.window, 1),
+      },
     },
     remote: {
       workers,

@@ -12,10 +12,7 @@
  * already decoding is answered at once with the error while its thread
  * finishes the (uninterruptible) call.
  */
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { SpeechConfig } from '../config/speech.js';
 import { FRAME_SECONDS, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/decoder.js';
@@ -23,7 +20,15 @@ import type { CloseRequest, DecodeJob, ThreadMessage } from './pocketsphinx/thre
 import { buildTranscript } from './transcript.js';
 import { normalizeLanguage } from './language.js';
 import { measured } from './metrics.js';
-import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
+import { startThread } from './workerThread.js';
+import { StreamingPool } from './streaming.js';
+import {
+  SpeechError,
+  type SpeechEngine,
+  type SpeechStream,
+  type TranscribeRequest,
+  type TranscribeResult,
+} from './types.js';
 
 export const BUILTIN_LANGUAGES = ['en'];
 
@@ -48,22 +53,9 @@ interface Thread {
   exited?: boolean;
 }
 
-// Under tsx the sources run as .ts and the thread needs tsx's loader too; compiled, as .js.
-const RUNNING_TS = import.meta.url.endsWith('.ts');
-const THREAD_URL = new URL(`./pocketsphinx/thread${RUNNING_TS ? '.ts' : '.js'}`, import.meta.url);
-
 const THREAD_LOAD_TIMEOUT_MS = 60_000;
 /** How long close() waits for a thread to finish its native call and exit. */
 const THREAD_STOP_TIMEOUT_MS = 30_000;
-
-function startThread(workerData: unknown): Worker {
-  if (!RUNNING_TS) return new Worker(THREAD_URL, { workerData });
-  // Register tsx inside the thread, then load the TypeScript entry.
-  const tsxDir = path.dirname(createRequire(import.meta.url).resolve('tsx/package.json'));
-  const tsxApi = pathToFileURL(path.join(tsxDir, 'dist/esm/api/index.mjs')).href;
-  const boot = `import(${JSON.stringify(tsxApi)}).then((m) => { m.register(); return import(${JSON.stringify(THREAD_URL.href)}); })`;
-  return new Worker(boot, { eval: true, workerData });
-}
 
 export class BuiltinEngine implements SpeechEngine {
   private readonly threads: Thread[] = [];
@@ -110,6 +102,19 @@ export class BuiltinEngine implements SpeechEngine {
 
   languages(): string[] {
     return BUILTIN_LANGUAGES;
+  }
+
+  /** The streaming form's decoders start with the first realtime session (the API never needs them). */
+  private streaming: StreamingPool | undefined;
+
+  openStream(): SpeechStream {
+    if (!this.cfg.streaming || this.closed || this.broken) return { begin: () => null, close: () => {} };
+    this.streaming ??= new StreamingPool(this.cfg, this.log);
+    return this.streaming.open();
+  }
+
+  streamingStats() {
+    return this.streaming?.stats();
   }
 
   async healthy(): Promise<boolean> {
@@ -213,6 +218,7 @@ export class BuiltinEngine implements SpeechEngine {
 
   async close(): Promise<void> {
     this.closed = true;
+    await this.streaming?.close();
     for (const job of this.queue.splice(0))
       job.reject(new SpeechError('The speech engine is shut down.', 'transcription_failed'));
     await Promise.all(this.threads.map((t) => this.stopThread(t)));
@@ -241,7 +247,7 @@ export class BuiltinEngine implements SpeechEngine {
   }
 
   private spawn(index: number): void {
-    const worker = startThread({
+    const worker = startThread('./pocketsphinx/thread', {
       hmm: this.cfg.hmm,
       lm: this.cfg.lm,
       dict: this.cfg.dict,

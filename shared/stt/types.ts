@@ -56,8 +56,35 @@ export interface TranscribeResult extends Transcript {
   engineMs: number;
 }
 
+/**
+ * Streaming form (the built-in engine in the realtime tier): a session's
+ * utterance is fed while it is spoken, so that its end leaves only the last
+ * frames to decode. One `SpeechStream` per realtime session holds what
+ * carries from one utterance to the next (the built-in engine's feature
+ * normalisation estimate).
+ */
+export interface SpeechStream {
+  /**
+   * Starts an utterance on a pooled decoder; null when none is free or the
+   * language is not one the stream serves: the caller uses the clip form.
+   */
+  begin(opts: { language?: string }): StreamingUtterance | null;
+  close(): void;
+}
+
+export interface StreamingUtterance {
+  /** The next piece of the utterance's audio (16 kHz mono PCM16LE). */
+  push(pcm: Buffer): void;
+  /** The utterance ended: the transcript of everything pushed. */
+  finish(signal?: AbortSignal): Promise<TranscribeResult>;
+  /** Abandons the utterance (its decoder goes back to the pool). */
+  cancel(): void;
+}
+
 export interface SpeechEngine {
   transcribe(req: TranscribeRequest): Promise<TranscribeResult>;
+  /** The streaming form, when the engine has one (remote workers only take whole clips). */
+  openStream?(): SpeechStream;
   /** Languages the engine can serve (ISO-639-1), or ['*'] for any. */
   languages(): string[];
   /** True when at least one worker can take work now. */

@@ -19,6 +19,13 @@
  *   shorter than `minSpeechMs` and, with VAD off, all audio since the last cut.
  * - with `vad` off every window counts as speech: only flush and the maximum
  *   length end an utterance.
+ *
+ * With `streamAudio`, an open utterance's audio also comes out while it is
+ * spoken (`audio` events between its `start` and `stop`), for engines that
+ * decode incrementally. A window comes out once it is sure to belong to the
+ * utterance: silence after the last speech only up to the trailing padding,
+ * and nothing past `maxSpeechMs - smartSplitWindowMs` (a hard cut may fall
+ * there). The `audio` events of an utterance add up to its `stop` pcm.
  */
 import {
   WINDOW_SAMPLES,
@@ -54,6 +61,7 @@ export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 
 
 export type SegmenterEvent =
   | { type: 'start'; /** stream position of the utterance's first sample, ms */ audioStartMs: number }
+  | { type: 'audio'; pcm: Buffer }
   | {
       type: 'stop';
       reason: StopReason;
@@ -90,6 +98,8 @@ export interface SegmenterOptions {
    * that support it (silero.ts); otherwise every call is synchronous.
    */
   deferred?: boolean;
+  /** Emit `audio` events while an utterance is open (see above). */
+  streamAudio?: boolean;
 }
 
 /** Fallback speech test when no model is available: this many dB above the gate. */
@@ -120,6 +130,9 @@ export class Segmenter {
   private readonly fallbackRms: number;
   private readonly releaseAfterW: number;
   private readonly deferred: boolean;
+  private readonly streamAudio: boolean;
+  /** Windows of the open utterance already sent out in `audio` events. */
+  private fed = 0;
   /** Window waiting for a batched model call (deferred mode). */
   private awaiting: Win | null = null;
 
@@ -159,6 +172,7 @@ export class Segmenter {
     this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
     this.maxSkip = opts.maxSkip ?? 2;
     this.deferred = opts.deferred ?? false;
+    this.streamAudio = opts.streamAudio ?? false;
     this.configure(settings);
   }
 
@@ -413,6 +427,16 @@ export class Segmenter {
       // Speech goes on: the rest opens the next utterance at once.
       this.announce(out);
     }
+    if (this.open) this.emitAudio(Math.min(this.paddedEnd(), this.maxW - this.smartW), out);
+  }
+
+  /** `audio` event with the open utterance's windows up to `upTo` not yet sent. */
+  private emitAudio(upTo: number, out: SegmenterEvent[], tail?: Buffer): void {
+    if (!this.streamAudio) return;
+    const parts = this.cur.slice(this.fed, Math.max(this.fed, upTo)).map((w) => w.pcm);
+    if (tail && tail.length > 0) parts.push(tail);
+    this.fed = Math.max(this.fed, upTo);
+    if (parts.length > 0) out.push({ type: 'audio', pcm: Buffer.concat(parts) });
   }
 
   private paddedEnd(): number {
@@ -439,12 +463,14 @@ export class Segmenter {
     this.cur = [...pre, ...this.cur];
     if (this.lastSpeechIdx >= 0) this.lastSpeechIdx += pre.length;
     this.open = true;
+    this.fed = 0;
     this.curStartPos = this.pos - this.cur.length;
     out.push({ type: 'start', audioStartMs: Math.round(this.curStartPos * WINDOW_MS) });
   }
 
   /** Ends the open utterance after `cut` windows; the rest stays for what follows. */
   private finish(reason: StopReason, cut: number, out: SegmenterEvent[], tail?: Buffer): void {
+    this.emitAudio(cut, out, tail);
     const used = this.cur.slice(0, cut);
     const rest = this.cur.slice(cut);
     const parts = used.map((w) => w.pcm);

@@ -43,8 +43,17 @@ export interface VadStats {
   models: PoolStats;
 }
 
+/** Per stream: `streamAudio` sends an open utterance's audio as it is spoken (segmenter.ts). */
+export interface VadStreamOptions {
+  streamAudio?: boolean;
+}
+
 export interface VadService {
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream;
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts?: VadStreamOptions,
+  ): VadStream;
   stats(): VadStats;
   close(): Promise<void>;
   /** Registers a listener for a fatal failure (a crashed VAD thread). */
@@ -73,8 +82,12 @@ export class InlineVad implements VadService {
     private readonly opts: SegmenterOptions,
   ) {}
 
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream {
-    const seg = new Segmenter(settings, this.pool, this.opts);
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts: VadStreamOptions = {},
+  ): VadStream {
+    const seg = new Segmenter(settings, this.pool, { ...this.opts, streamAudio: opts.streamAudio });
     this.streams++;
     let closed = false;
     return {
@@ -108,7 +121,7 @@ export class InlineVad implements VadService {
 // ---- threads ---------------------------------------------------------------------------------
 
 export type ToThread =
-  | { op: 'open'; id: number; settings: SegmenterSettings }
+  | { op: 'open'; id: number; settings: SegmenterSettings; streamAudio?: boolean }
   /** Audio bytes at `off`..`off+len` of the message's chunk number `chunk`. */
   | { op: 'push'; id: number; chunk: number; off: number; len: number }
   | { op: 'flush'; id: number }
@@ -230,7 +243,8 @@ export class ThreadedVad implements VadService {
   private deliver(items: [number, VadEvent[]][]): void {
     for (const [id, evs] of items) {
       for (const ev of evs)
-        if (ev.type === 'stop') ev.pcm = Buffer.from(ev.pcm.buffer, ev.pcm.byteOffset, ev.pcm.byteLength);
+        if (ev.type === 'stop' || ev.type === 'audio')
+          ev.pcm = Buffer.from(ev.pcm.buffer, ev.pcm.byteOffset, ev.pcm.byteLength);
       this.handlers.get(id)?.(evs);
     }
   }
@@ -269,12 +283,16 @@ export class ThreadedVad implements VadService {
     }
   }
 
-  open(settings: SegmenterSettings, onEvents: (events: VadEvent[]) => void): VadStream {
+  open(
+    settings: SegmenterSettings,
+    onEvents: (events: VadEvent[]) => void,
+    opts: VadStreamOptions = {},
+  ): VadStream {
     const id = this.nextId++;
     const lane = this.lanes.reduce((a, b) => (b.streams < a.streams ? b : a));
     lane.streams++;
     this.handlers.set(id, onEvents);
-    this.send(lane, { op: 'open', id, settings });
+    this.send(lane, { op: 'open', id, settings, streamAudio: opts.streamAudio });
     let closed = false;
     return {
       push: (pcm) => {

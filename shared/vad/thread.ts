@@ -84,7 +84,8 @@ function processInbox(): void {
   };
   for (const m of ops) {
     if (m.op === 'open') {
-      streams.set(m.id, { seg: new Segmenter(m.settings, pool, segOpts), waiting: [] });
+      const o = m.streamAudio ? { ...segOpts, streamAudio: true } : segOpts;
+      streams.set(m.id, { seg: new Segmenter(m.settings, pool, o), waiting: [] });
       continue;
     }
     const st = streams.get(m.id);
@@ -117,7 +118,7 @@ function send(out: Map<number, VadEvent[]>): void {
     msg.events = [...out.entries()];
     for (const [, evs] of msg.events) {
       for (const ev of evs) {
-        if (ev.type !== 'stop') continue;
+        if (ev.type !== 'stop' && ev.type !== 'audio') continue;
         // Utterance audio moves to the main thread without a copy when it owns its buffer.
         if (ev.pcm.byteOffset !== 0 || ev.pcm.buffer.byteLength !== ev.pcm.length)
           ev.pcm = Buffer.from(ev.pcm);

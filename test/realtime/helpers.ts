@@ -180,7 +180,8 @@ export interface Client {
   waitFor(pred: (evs: Record<string, any>[]) => boolean, timeoutMs?: number): Promise<void>;
   of(type: string): Record<string, any>[];
   send(obj: unknown): void;
-  stream(pcm: Buffer, o?: { frameBytes?: number; pace?: number }): Promise<void>;
+  /** `base64`: as input_audio_buffer.append messages instead of binary frames. */
+  stream(pcm: Buffer, o?: { frameBytes?: number; pace?: number; base64?: boolean }): Promise<void>;
 }
 
 export function connect(url: string, opts: { headers?: Record<string, string> } = {}): Promise<Client> {
@@ -245,7 +246,9 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
         const t0 = Date.now();
         for (let off = 0; off < pcm.length; off += frame) {
           if (ws.readyState !== WebSocket.OPEN) return;
-          ws.send(pcm.subarray(off, Math.min(pcm.length, off + frame)));
+          const piece = pcm.subarray(off, Math.min(pcm.length, off + frame));
+          if (o.base64) ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
+          else ws.send(piece);
           if (pace > 0) {
             const due = t0 + (off + frame) / 32 / pace;
             const wait = due - Date.now();

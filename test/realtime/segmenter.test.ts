@@ -64,7 +64,7 @@ describe('realtime VAD segmenter policy', () => {
     // 3 prefix windows + 10 speech + 3 trailing pad.
     expect(stop.pcm.length).to.equal(16 * WINDOW_BYTES);
     expect(stop.speechMs).to.equal(320);
-    expect(evs[0].audioStartMs).to.equal(6 * 32);
+    expect(evs[0]).to.include({ type: 'start', audioStartMs: 6 * 32 });
   });
 
   it('ignores speech shorter than the minimum (clicks)', () => {
@@ -98,7 +98,7 @@ describe('realtime VAD segmenter policy', () => {
     expect(types).to.deep.equal(['start', 'stop:max_duration', 'start', 'stop:end_of_speech']);
     const [first, second] = stops(evs);
     expect(first.pcm.length).to.equal(34 * WINDOW_BYTES);
-    expect(evs[2].audioStartMs).to.equal(first.audioEndMs);
+    expect(evs[2]).to.include({ type: 'start', audioStartMs: first.audioEndMs });
     expect(second.audioStartMs).to.equal(first.audioEndMs);
   });
 
@@ -154,5 +154,37 @@ describe('realtime VAD segmenter policy', () => {
     const ref = new Segmenter(BASE, full, { gateDbfs: -50, releaseAfterMs: 10_000 });
     const refStops = stops(ref.push(pcm('qqqqqq' + 'S'.repeat(30) + 'q'.repeat(12))));
     expect(stops(evs)[0].pcm.length).to.equal(refStops[0].pcm.length);
+  });
+
+  it('streamAudio: audio events between start and stop add up to the stop pcm, in any frame size, with every cut', () => {
+    const settings = { ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280, smartSplitWindowMs: 320 };
+    const audio = pcm(
+      '.....qq' + 'S'.repeat(33) + 'm' + 'S'.repeat(16) + 'q'.repeat(4) + 'SSSSS' + 'q'.repeat(14) + 'SSSS',
+    );
+    const run = (frame: number) => {
+      const seg = new Segmenter(settings, new Loudness(), {
+        gateDbfs: -50,
+        releaseAfterMs: 10_000,
+        streamAudio: true,
+      });
+      const evs: SegmenterEvent[] = [];
+      for (let off = 0; off < audio.length; off += frame)
+        evs.push(...seg.push(audio.subarray(off, off + frame)));
+      evs.push(...seg.flush());
+      return evs;
+    };
+    const reference = run(audio.length);
+    for (const frame of [640, 2048, 16_000]) {
+      const evs = run(frame);
+      const utterances: { streamed: Buffer[]; stop?: Buffer; reason?: string }[] = [];
+      for (const e of evs) {
+        if (e.type === 'start') utterances.push({ streamed: [] });
+        else if (e.type === 'audio') utterances.at(-1)!.streamed.push(e.pcm);
+        else Object.assign(utterances.at(-1)!, { stop: e.pcm, reason: e.reason });
+      }
+      expect(utterances.map((u) => u.reason)).to.deep.equal(['max_duration', 'end_of_speech', 'flush']);
+      for (const u of utterances) expect(Buffer.concat(u.streamed).equals(u.stop!)).to.equal(true);
+      expect(stops(evs).map((e) => e.pcm.length)).to.deep.equal(stops(reference).map((e) => e.pcm.length));
+    }
   });
 });

@@ -4,7 +4,14 @@
  * argv, strict)` (libsphinxbase), not the 5.x `ps_config_t`. One Decoder is
  * single-threaded; each worker thread owns one.
  */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import koffi from 'koffi';
+import { CEPSTRUM_LENGTH, CmnNormaliser, type CmnEstimate, type CmnSettings } from './cmn.js';
+
+/** Frames per ps_process_cep call. */
+const SEARCH_FRAMES = 3;
 
 export interface DecoderOptions {
   hmm: string;
@@ -14,6 +21,14 @@ export interface DecoderOptions {
   sphinxbaseLibrary: string;
   /** More decoder arguments, e.g. `['-fwdflat', 'no']`. */
   extraArgs?: string[];
+  /**
+   * Streaming decoders normalise cepstra themselves (cmn.ts): PocketSphinx's
+   * own normalisation is switched off (`-cmn none`) and `feed()` computes the
+   * cepstra with the decoder's front end, normalises them with the session's
+   * estimate and hands them to the search. Without it, `feed()` passes raw
+   * audio and PocketSphinx's live normalisation applies.
+   */
+  sessionCmn?: CmnSettings;
 }
 
 export interface RecognizedWord {
@@ -49,6 +64,14 @@ interface Binding {
   ps_get_logmath: Fn;
   logmath_exp: Fn;
   err_set_logfp: Fn;
+  ps_get_config: Fn;
+  fe_init_auto_r: Fn;
+  fe_start_utt: Fn;
+  fe_start_stream: Fn;
+  fe_free: Fn;
+  ps_process_cep: Fn;
+  fe_process_utt: Fn;
+  ckd_free_2d: Fn;
 }
 
 let binding: Binding | undefined;
@@ -80,6 +103,19 @@ function bind(opts: DecoderOptions): Binding {
     ps_get_logmath: ps.func('void *ps_get_logmath(void *ps)'),
     logmath_exp: sb.func('double logmath_exp(void *lmath, int p)'),
     err_set_logfp: sb.func('void err_set_logfp(void *stream)'),
+    ps_get_config: ps.func('void *ps_get_config(void *ps)'),
+    fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
+    fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
+    fe_start_stream: sb.func('void fe_start_stream(void *fe)'),
+    fe_free: sb.func('int fe_free(void *fe)'),
+    ps_process_cep: ps.func(
+      'int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)',
+    ),
+    // mfcc_t is float in Debian's (floating-point) build; the block is ckd_calloc_2d's: row pointers, then the rows.
+    fe_process_utt: sb.func(
+      'int fe_process_utt(void *fe, const int16_t *spch, size_t nsamps, _Out_ void **cep_block, _Out_ int *nframes)',
+    ),
+    ckd_free_2d: sb.func('void ckd_free_2d(void *ptr)'),
   };
   // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init
   // fopen a new one and fclose the previous, so decoders starting or stopping in several threads at
@@ -87,6 +123,20 @@ function bind(opts: DecoderOptions): Binding {
   // global to NULL is a plain store of the same value from any thread, and nothing is ever closed.
   binding.err_set_logfp(null);
   return binding;
+}
+
+const featParamsCopies = new Map<string, string>();
+
+/** A copy of the model's feat.params with `-cmn none`, written once per process and model. */
+function featParamsWithoutCmn(hmm: string): string {
+  let file = featParamsCopies.get(hmm);
+  if (file) return file;
+  const params = fs.readFileSync(path.join(hmm, 'feat.params'), 'utf8');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pocketsphinx-'));
+  file = path.join(dir, 'feat.params');
+  fs.writeFileSync(file, params.replace(/^-cmn\s+\S+\s*$/m, '').trimEnd() + '\n-cmn none\n');
+  featParamsCopies.set(hmm, file);
+  return file;
 }
 
 /** Silence, sentence markers and noise fillers (`<sil>`, `<s>`, `[NOISE]`, `++BREATH++`). */
@@ -101,10 +151,22 @@ export class DecoderAbortedError extends Error {
 export class Decoder {
   private readonly b: Binding;
   private ps: unknown;
+  private readonly sessionCmn: CmnSettings | undefined;
+  /** The running estimate of the utterance being fed (streaming decoders). */
+  private normaliser: CmnNormaliser | undefined;
+  /** Native scratch rows for ps_process_cep (an `mfcc_t **` of SEARCH_FRAMES rows). */
+  private rows: { data: unknown; pointers: unknown } | undefined;
+  /** The streaming decoder's own front end (the decoder's flushes its leftovers, unnormalised, at ps_end_utt). */
+  private fe: unknown;
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
+    this.sessionCmn = opts.sessionCmn;
     const argv = ['-hmm', opts.hmm, '-lm', opts.lm, '-dict', opts.dict, ...(opts.extraArgs ?? [])];
+    // The model's feat.params overrides `-cmn` given as an argument (PocketSphinx 0.8 reads it last), so
+    // streaming decoders get a copy saying `-cmn none`. The front end's own silence removal is off too:
+    // the VAD has cut the utterance already, and dropped frames would shift the word times.
+    if (opts.sessionCmn) argv.push('-featparams', featParamsWithoutCmn(opts.hmm), '-remove_silence', 'no');
     const config = this.b.cmd_ln_parse_r(null, this.b.ps_args(), argv.length, argv, 1);
     if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(6))}`);
     this.ps = this.b.ps_init(config);
@@ -112,28 +174,113 @@ export class Decoder {
     this.b.cmd_ln_free_r(config);
     if (!this.ps)
       throw new Error(`pocketsphinx: ps_init failed (models under ${opts.hmm}, ${opts.lm}, ${opts.dict})`);
+    if (this.sessionCmn) {
+      this.fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
+      if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
+      const data = koffi.alloc('float', SEARCH_FRAMES * CEPSTRUM_LENGTH);
+      const pointers = koffi.alloc('void *', SEARCH_FRAMES);
+      const base = BigInt(koffi.address(data));
+      for (let i = 0; i < SEARCH_FRAMES; i++)
+        koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
+      this.rows = { data, pointers };
+    }
   }
 
   /**
    * Decodes the whole clip as one utterance in a single `ps_process_raw`
    * call with `full_utt` set, so cepstral mean normalisation is computed over
-   * the clip itself ("-cmn batch") and the result never depends on earlier
-   * requests. The call cannot be interrupted; `aborted` is checked before it.
+   * the clip itself (the model's `-cmn batch`) and the result never depends
+   * on earlier requests. The call cannot be interrupted; `aborted` is checked
+   * before it.
    */
   decode(pcm: Int16Array, aborted: () => boolean = () => false): RecognizedWord[] {
-    const b = this.b;
-    if (!this.ps) throw new Error('decoder closed');
     if (aborted()) throw new DecoderAbortedError('aborted');
-    // A new stream per clip: frame numbers (word times) restart at 0.
-    b.ps_start_stream(this.ps);
-    if ((b.ps_start_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_start_utt failed');
+    if (this.sessionCmn) throw new Error('a streaming decoder decodes with begin/feed/end');
+    this.begin();
     try {
-      if ((b.ps_process_raw(this.ps, pcm, pcm.length, 0, 1) as number) < 0) {
-        throw new Error('pocketsphinx: ps_process_raw failed');
-      }
+      this.process(pcm, true);
     } finally {
-      b.ps_end_utt(this.ps);
+      this.b.ps_end_utt(this.ps);
     }
+    return this.words();
+  }
+
+  /**
+   * Streaming form: `begin()`, then `feed()` the utterance's audio as it
+   * arrives (any chunk sizes), then `end()` for the words. Fed in pieces,
+   * PocketSphinx normalises with its live cepstral mean (an estimate carried
+   * from the decoder's earlier utterances, updated as frames arrive), and the
+   * search runs frame by frame, so `end()` only has the last frames left.
+   */
+  begin(cmn?: CmnEstimate): void {
+    if (!this.ps) throw new Error('decoder closed');
+    if (this.sessionCmn && !cmn) throw new Error("a streaming decoder needs the session's CMN estimate");
+    this.normaliser = cmn && new CmnNormaliser(cmn, this.sessionCmn);
+    if (this.fe) {
+      // As ps_start_stream does for the decoder's own front end: its noise estimate starts afresh.
+      this.b.fe_start_stream(this.fe);
+      this.b.fe_start_utt(this.fe);
+    }
+    // A new stream per utterance: frame numbers (word times) restart at 0.
+    this.b.ps_start_stream(this.ps);
+    if ((this.b.ps_start_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_start_utt failed');
+  }
+
+  feed(pcm: Int16Array): void {
+    if (pcm.length === 0) return;
+    if (!this.normaliser) return this.process(pcm, false);
+    this.feedCepstra(pcm);
+  }
+
+  private feedCepstra(pcm: Int16Array): void {
+    const b = this.b;
+    const block = [null];
+    const count = [0];
+    // The front end keeps a partial frame's samples for the next call: any chunking gives the same frames.
+    if ((b.fe_process_utt(this.fe, pcm, pcm.length, block, count) as number) < 0)
+      throw new Error('pocketsphinx: fe_process_utt failed');
+    let cep: Float32Array;
+    try {
+      const n = count[0];
+      if (n <= 0) return;
+      const rows = koffi.decode(block[0], 'void *');
+      cep = Float32Array.from(koffi.decode(rows, 'float', n * CEPSTRUM_LENGTH) as number[]);
+    } finally {
+      b.ckd_free_2d(block[0]);
+    }
+    this.search(this.normaliser!.push(cep));
+  }
+
+  /** Normalised cepstra to the search, a few frames per call (larger calls trip an assertion in 0.8's search). */
+  private search(blocks: Float32Array[]): void {
+    const L = CEPSTRUM_LENGTH;
+    const rows = this.rows!;
+    for (const f of blocks) {
+      for (let off = 0; off < f.length; off += L * SEARCH_FRAMES) {
+        const group = f.subarray(off, Math.min(f.length, off + L * SEARCH_FRAMES));
+        koffi.encode(rows.data, 'float', Array.from(group), group.length);
+        if ((this.b.ps_process_cep(this.ps, rows.pointers, group.length / L, 0, 0) as number) < 0)
+          throw new Error('pocketsphinx: ps_process_cep failed');
+      }
+    }
+  }
+
+  end(): RecognizedWord[] {
+    if (!this.ps) throw new Error('decoder closed');
+    if (this.normaliser) this.search(this.normaliser.flush());
+    this.normaliser = undefined;
+    if ((this.b.ps_end_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_end_utt failed');
+    return this.words();
+  }
+
+  private process(pcm: Int16Array, fullUtterance: boolean): void {
+    if ((this.b.ps_process_raw(this.ps, pcm, pcm.length, 0, fullUtterance ? 1 : 0) as number) < 0) {
+      throw new Error('pocketsphinx: ps_process_raw failed');
+    }
+  }
+
+  private words(): RecognizedWord[] {
+    const b = this.b;
     const logmath = b.ps_get_logmath(this.ps);
     const words: RecognizedWord[] = [];
     const sf = [0];
@@ -156,6 +303,15 @@ export class Decoder {
   }
 
   close(): void {
+    if (this.fe) {
+      this.b.fe_free(this.fe);
+      this.fe = undefined;
+    }
+    if (this.rows) {
+      koffi.free(this.rows.data);
+      koffi.free(this.rows.pointers);
+      this.rows = undefined;
+    }
     if (this.ps) {
       this.b.ps_free(this.ps);
       this.ps = undefined;

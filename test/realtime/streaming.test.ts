@@ -1,0 +1,135 @@
+/**
+ * The built-in engine's streaming form in the realtime tier (issue 13): each
+ * utterance is decoded while it is spoken, with the session's own feature
+ * normalisation, so the words do not depend on how the audio arrives, the
+ * cutting costs no accuracy against the whole clip, and an exhausted decoder
+ * pool falls back to the clip form without losing an utterance.
+ */
+import { expect } from 'chai';
+import { loadConfig } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { BuiltinEngine } from '../../shared/stt/builtin.js';
+import { wer } from '../speech/helpers.js';
+import {
+  createRealtimeContext,
+  connect,
+  bearer,
+  readPcm,
+  refs,
+  silence,
+  type RealtimeTestContext,
+} from './helpers.js';
+
+const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+const STOPPED = 'input_audio_buffer.speech_stopped';
+
+interface Arrival {
+  pace: number;
+  frameBytes: number;
+  base64?: boolean;
+}
+
+describe('realtime streaming decoding (built-in engine)', function () {
+  this.timeout(300_000);
+  const REFS = refs();
+  let engine: BuiltinEngine;
+  let ctx: RealtimeTestContext;
+
+  function builtin(env: Record<string, string>): BuiltinEngine {
+    // Generous decode limits: correctness is tested here, speed in benchmarks (the machine is shared).
+    const config = loadConfig({ STT_THREADS: '1', STT_BUILTIN_TIMEOUT_BASE_MS: '120000', ...env });
+    return new BuiltinEngine(config.speech.builtin, createLogger({ level: 'warn' }));
+  }
+
+  before(async () => {
+    engine = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '2' });
+    await engine.ready();
+    ctx = await createRealtimeContext({ engine });
+  });
+  after(async () => {
+    await ctx?.close();
+    await engine?.close();
+  });
+
+  /** Streams a clip and returns the completed texts in utterance order. */
+  async function streamClip(c: RealtimeTestContext, file: string, how: Arrival): Promise<string[]> {
+    const { key } = await c.issueKey('pro');
+    const cl = await connect(c.url, bearer(key));
+    await cl.next('session.created');
+    await cl.stream(Buffer.concat([silence(300), readPcm(file), silence(900)]), how);
+    await cl.waitFor((evs) => {
+      const stopped = evs.filter((e) => e.type === STOPPED).length;
+      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
+    }, 240_000);
+    cl.ws.close(1000);
+    await cl.closed;
+    const done = cl.of(COMPLETED);
+    // Exactly one final per utterance, no partial text, no errors.
+    expect(done.map((e) => e.utterance_index).sort()).to.deep.equal(
+      cl
+        .of(STOPPED)
+        .map((e) => e.utterance_index)
+        .sort(),
+    );
+    for (const e of done) expect(e.error, JSON.stringify(e)).to.equal(undefined);
+    return done.sort((a, b) => a.utterance_index - b.utterance_index).map((e) => e.text as string);
+  }
+
+  it('gives the same words whatever the pace, frame size and encoding of the audio', async () => {
+    const ways: Arrival[] = [
+      { pace: 1, frameBytes: 640 }, // real time, 20 ms binary frames
+      { pace: 0, frameBytes: 16_000, base64: true }, // as fast as possible, 500 ms base64 appends
+      { pace: 4, frameBytes: 640, base64: true }, // four times real time, 20 ms base64
+      { pace: 0, frameBytes: 16_000 }, // as fast as possible, 500 ms binary
+    ];
+    const before = engine.streamingStats()?.fallbacks ?? 0;
+    const texts: string[][] = [];
+    for (const how of ways) texts.push(await streamClip(ctx, 'jfk.wav', how));
+    expect(texts[0].length).to.be.greaterThan(1);
+    for (let i = 1; i < texts.length; i++) expect(texts[i], JSON.stringify(ways[i])).to.deep.equal(texts[0]);
+    // It was the streaming form: no utterance fell back to the clip form.
+    const stats = engine.streamingStats()!;
+    expect(stats.fallbacks).to.equal(before);
+    expect(stats.decoders).to.equal(2);
+  });
+
+  it('the cutting is harmless: every clip is as accurate as the whole clip decoded at once', async () => {
+    const files = [...REFS.keys()];
+    let refWords = 0;
+    let errRealtime = 0;
+    let errWhole = 0;
+    for (const file of files) {
+      const ref = REFS.get(file)!;
+      const realtime = (await streamClip(ctx, file, { pace: 0, frameBytes: 3200 })).join(' ');
+      const whole = (await engine.transcribe({ pcm: readPcm(file), language: 'en' })).text;
+      const n = ref.split(' ').length;
+      refWords += n;
+      errRealtime += wer(ref, realtime) * n;
+      errWhole += wer(ref, whole) * n;
+      expect(wer(ref, realtime), `${file}: realtime "${realtime}" vs whole clip "${whole}"`).to.be.at.most(
+        // Cutting with per-utterance normalisation cost jfk.wav 27 points; now the worst clip is 6 points.
+        wer(ref, whole) + 0.1,
+      );
+    }
+    expect(errRealtime / refWords, 'word-weighted WER').to.be.at.most(errWhole / refWords + 0.03);
+  });
+
+  it('when every streaming decoder is busy, utterances fall back to the clip form and still complete', async () => {
+    const small = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '1' });
+    await small.ready();
+    const c = await createRealtimeContext({ engine: small, testDb: ctx.testDb });
+    try {
+      const files = ['jfk.wav', 'librispeech-1089-134686-0001.wav', 'librivox-austen-0870.wav'];
+      const texts = await Promise.all(files.map((f) => streamClip(c, f, { pace: 1, frameBytes: 3200 })));
+      for (let i = 0; i < files.length; i++) {
+        expect(wer(REFS.get(files[i])!, texts[i].join(' ')), files[i]).to.be.below(0.8);
+      }
+      const stats = small.streamingStats()!;
+      expect(stats.fallbacks, 'some utterances found no free decoder').to.be.greaterThan(0);
+      expect(stats.busy).to.equal(0);
+    } finally {
+      await c.close();
+      await small.close();
+    }
+  });
+});
