@@ -53,6 +53,21 @@ export async function waitFor<T>(
   }
 }
 
+/** One query on a fresh connection to `url` (a server that may have been restarted meanwhile). */
+export async function queryUrl<T = Record<string, unknown>>(
+  url: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query(sql, params)).rows as T[];
+  } finally {
+    await c.end();
+  }
+}
+
 /** A Postgres cluster of the suite's own, stopped and started at will. */
 export class OwnPostgres {
   private running: RunningPostgres | undefined;
@@ -82,14 +97,8 @@ export class OwnPostgres {
     this.running = undefined;
   }
 
-  async query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
-    const c = new pg.Client({ connectionString: this.url });
-    await c.connect();
-    try {
-      return (await c.query(sql, params)).rows as T[];
-    } finally {
-      await c.end();
-    }
+  query<T = Record<string, unknown>>(sql: string, params: unknown[] = []): Promise<T[]> {
+    return queryUrl<T>(this.url, sql, params);
   }
 
   async destroy(): Promise<void> {
@@ -260,4 +269,35 @@ export function leaks(text: string, secrets: string[] = []): string[] {
   if (p) found.push(`server path: ${near(p.index)}`);
   for (const s of secrets) if (s && text.includes(s)) found.push(`secret: ${near(text.indexOf(s))}`);
   return found;
+}
+
+/** The realtime process (realtime/main.ts) on `env`'s database; resolves once it listens, with its stream URL. */
+export async function startRealtimeProcess(
+  env: Record<string, string>,
+): Promise<{ proc: ServiceProcess; wsUrl: string }> {
+  const proc = ServiceProcess.spawn('realtime/main.ts', {
+    REALTIME_HOST: '127.0.0.1',
+    REALTIME_PORT: '0',
+    MIGRATE_ON_START: 'false',
+    PLANS_JSON: UNLIMITED_PLANS,
+    STT_THREADS: '1',
+    LOG_LEVEL: 'info',
+    ...env,
+  });
+  const port = (await proc.waitForOutput(/"port":(\d+)[^\n]*"msg":"realtime listening"/))[1];
+  return { proc, wsUrl: `ws://127.0.0.1:${port}/v1/audio/transcriptions/stream` };
+}
+
+/**
+ * A realtime stack: the API process (migrates `env.DATABASE_URL`, issues a key
+ * on the suite's plan; no batch workers) and a realtime process on the same env.
+ */
+export async function startRealtimeStack(env: Record<string, string>): Promise<{
+  api: { proc: ServiceProcess; url: string };
+  rt: { proc: ServiceProcess; wsUrl: string };
+  key: string;
+}> {
+  const api = await startApiProcess({ BATCH_WORKERS: 'false', PLANS_JSON: UNLIMITED_PLANS, ...env });
+  const key = await issueKey(api.url);
+  return { api, rt: await startRealtimeProcess(env), key };
 }

@@ -9,13 +9,11 @@ import fs from 'node:fs';
 import { expect } from 'chai';
 import { connect, readPcm, silence, type Client } from '../realtime/helpers.js';
 import {
-  issueKey,
   OwnPostgres,
   ServiceProcess,
   sleep,
-  startApiProcess,
+  startRealtimeStack,
   tmpDir,
-  UNLIMITED_PLANS,
   waitFor,
 } from './cluster.js';
 
@@ -31,25 +29,9 @@ describe('faults: Postgres stopped while realtime sessions close', function () {
   before(async () => {
     pg = await OwnPostgres.start();
     // The API migrates the database and issues the key; the realtime process serves the stream.
-    api = await startApiProcess({
-      DATABASE_URL: pg.url,
-      DATA_DIR: dataDir,
-      PLANS_JSON: UNLIMITED_PLANS,
-      BATCH_WORKERS: 'false',
-    });
-    key = await issueKey(api.url);
-    rt = ServiceProcess.spawn('realtime/main.ts', {
-      DATABASE_URL: pg.url,
-      DATA_DIR: dataDir,
-      REALTIME_HOST: '127.0.0.1',
-      REALTIME_PORT: '0',
-      MIGRATE_ON_START: 'false',
-      PLANS_JSON: UNLIMITED_PLANS,
-      STT_THREADS: '1',
-      LOG_LEVEL: 'info',
-    });
-    const port = (await rt.waitForOutput(/"port":(\d+)[^\n]*"msg":"realtime listening"/))[1];
-    wsUrl = `ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`;
+    let realtime;
+    ({ api, rt: realtime, key } = await startRealtimeStack({ DATABASE_URL: pg.url, DATA_DIR: dataDir }));
+    ({ proc: rt, wsUrl } = realtime);
   });
 
   after(async () => {

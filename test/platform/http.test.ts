@@ -159,9 +159,14 @@ describe('graceful shutdown', () => {
     await waitReady(api.server);
     // A handler that takes a while, registered like any route module would be.
     let delayed = false;
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
     t.deps.readiness.push({
       name: 'slow',
-      check: () => new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300)),
+      check: () => {
+        entered();
+        return new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300));
+      },
     });
     const slow = http.get(`http://127.0.0.1:${api.port}/readyz`);
     const response = new Promise<number>((resolve, reject) => {
@@ -171,7 +176,7 @@ describe('graceful shutdown', () => {
       });
       slow.on('error', reject);
     });
-    await new Promise((r) => setTimeout(r, 50));
+    await inHandler; // the request is being handled when the stop begins
     const stopped = api.stop();
     expect(await response).to.equal(200);
     expect(delayed).to.equal(true);

@@ -162,6 +162,13 @@ export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Pr
   return ctx.db('usage_events').where({ plane: 'realtime', ref_id: sessionId });
 }
 
+/** Waits until the server has counted `seconds` of a session's audio (every frame sent so far arrived). */
+export async function audioReceived(ctx: RealtimeTestContext, sessionId: string, seconds: number): Promise<void> {
+  const counted = () => [...ctx.rt.sessions].find((s) => s.sessionId === sessionId)?.audioSeconds ?? 0;
+  const got = await eventually(async () => counted(), (v) => v >= seconds - 0.001, 30_000);
+  if (got < seconds - 0.001) throw new Error(`the server counted ${got} s of ${sessionId}, not ${seconds} s`);
+}
+
 /** Polls `fn` until `ok` holds or `ms` have passed; returns the last value. */
 export async function eventually<T>(fn: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
   const t0 = Date.now();

@@ -16,6 +16,7 @@ import {
   refused,
   bearer,
   forkRealtime,
+  eventually,
   type RealtimeTestContext,
 } from './helpers.js';
 
@@ -62,14 +63,24 @@ describe('realtime scale-out on one Redis', function () {
     await db?.drop();
   });
 
+  /** The key's connection slots are all released (a close releases its lease asynchronously). */
+  const slotsFreed = async (keyId: string) => {
+    const left = await eventually(
+      () => a.limits.countLeases(CONNECTION_SCOPE, keyId),
+      (n) => n === 0,
+      20_000,
+    );
+    expect(left, 'connection slots released').to.equal(0);
+  };
+
   it('free plan: a second concurrent connection on the other instance is refused, and allowed after the first closes', async () => {
-    const { key } = await a.issueKey('free');
+    const { key, id } = await a.issueKey('free');
     const c = await connect(a.url, bearer(key));
     await c.next('session.created');
     expect(await refusedStatus(b.url, key)).to.equal(429);
     c.ws.close(1000);
     await c.closed;
-    await new Promise((r) => setTimeout(r, 100));
+    await slotsFreed(id);
     const c2 = await connect(b.url, bearer(key));
     await c2.next('session.created');
     expect(await refusedStatus(a.url, key)).to.equal(429);
@@ -78,13 +89,13 @@ describe('realtime scale-out on one Redis', function () {
   });
 
   it('free plan: handshakes per minute are counted across instances (6 alternating, the 7th refused on either)', async () => {
-    const { key } = await a.issueKey('free');
+    const { key, id } = await a.issueKey('free');
     for (let i = 0; i < 6; i++) {
       const c = await connect((i % 2 ? b : a).url, bearer(key));
       await c.next('session.created');
       c.ws.close(1000);
       await c.closed;
-      await new Promise((r) => setTimeout(r, 50));
+      await slotsFreed(id); // the next handshake is not refused for the slot, only (7th) for the rate
     }
     for (const ctx of [a, b]) {
       const r = await refused(ctx.url, { authorization: `Bearer ${key}` });
@@ -130,7 +141,7 @@ describe('realtime scale-out on one Redis', function () {
       let freedAfter = -1;
       // Poll the shared lease set (handshakes would spend the key's per-minute points).
       expect(await a.limits.countLeases(CONNECTION_SCOPE, id)).to.equal(1);
-      while (Date.now() - killedAt < 10_000) {
+      while (Date.now() - killedAt < 20_000) {
         if ((await a.limits.countLeases(CONNECTION_SCOPE, id)) === 0) {
           freedAfter = Date.now() - killedAt;
           break;
@@ -139,7 +150,8 @@ describe('realtime scale-out on one Redis', function () {
       }
       expect(await refusedStatus(a.url, key)).to.equal('accepted');
       expect(freedAfter, 'slot freed').to.be.greaterThan(-1);
-      expect(freedAfter).to.be.lessThan(2000 + 500);
+      // Freed by the lease's expiry (TTL 2 s; nothing releases it), with room for a loaded machine.
+      expect(freedAfter).to.be.lessThan(2000 + 5000);
     } finally {
       await rc.kill();
     }
