@@ -164,6 +164,12 @@ export interface UtteranceOptions {
   minPauseSeconds: number;
   /** Longer utterances are cut again at their quietest points (seconds). */
   maxUtteranceSeconds: number;
+  /**
+   * A pause ends a piece only once the piece is at least this long
+   * (seconds; 0 = cut at every pause). Longer pieces give PocketSphinx's
+   * per-call normalisation more audio to work from.
+   */
+  minUtteranceSeconds?: number;
 }
 
 /**
@@ -183,14 +189,16 @@ export function splitUtterances(envelope: Float32Array, duration: number, opts: 
   // No contrast (steady noise or steady speech): no pauses to find, only the length cap applies.
   const threshold = speech - floor < 6 ? -Infinity : floor + (speech - floor) * 0.25;
   const minPause = Math.max(1, Math.round(opts.minPauseSeconds / FRAME_SECONDS));
+  const minPiece = opts.minUtteranceSeconds ?? 0;
   const cuts: number[] = [];
   let runStart = -1;
   for (let f = 0; f <= envelope.length; f++) {
     const quiet = f < envelope.length && envelope[f] < threshold;
     if (quiet && runStart < 0) runStart = f;
     if (!quiet && runStart >= 0) {
-      if (f - runStart >= minPause && runStart > 0 && f < envelope.length)
-        cuts.push(((runStart + f) / 2) * FRAME_SECONDS);
+      const cut = ((runStart + f) / 2) * FRAME_SECONDS;
+      if (f - runStart >= minPause && runStart > 0 && f < envelope.length && cut - (cuts.at(-1) ?? 0) >= minPiece)
+        cuts.push(cut);
       runStart = -1;
     }
   }

@@ -494,6 +494,7 @@ export class WorkflowRunner {
       ? splitUtterances(energyEnvelope(pcm), seconds, {
           minPauseSeconds: config.utteranceMinPauseSeconds,
           maxUtteranceSeconds: config.utteranceMaxSeconds,
+          minUtteranceSeconds: config.utteranceMinSeconds,
         })
       : [{ index: 0, start: 0, end: seconds }];
     this.d.hooks?.onEngineCall?.(row.id, slice.index);

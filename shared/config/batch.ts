@@ -91,6 +91,8 @@ export interface BatchConfig {
   splitUtterances: boolean;
   utteranceMinPauseSeconds: number;
   utteranceMaxSeconds: number;
+  /** A pause ends an utterance piece only once it is at least this long (0 = every pause; default 5 s, docs/decisions.md). */
+  utteranceMinSeconds: number;
   /** A running workflow holds a lease it renews; a crashed run is resumed after it lapses. */
   leaseSeconds: number;
   /** How often stale workflows (crashed runs, lost queue jobs) are looked for. */
@@ -147,6 +149,7 @@ export function batchConfig(env: Env): BatchConfig {
     splitUtterances: bool(env, 'BATCH_SPLIT_UTTERANCES', true),
     utteranceMinPauseSeconds: num(env, 'BATCH_UTTERANCE_MIN_PAUSE_SECONDS', 0.4, 0.05),
     utteranceMaxSeconds: num(env, 'BATCH_UTTERANCE_MAX_SECONDS', 30, 1),
+    utteranceMinSeconds: num(env, 'BATCH_UTTERANCE_MIN_SECONDS', 5, 0),
     leaseSeconds: num(env, 'BATCH_LEASE_SECONDS', 30, 1),
     sweepIntervalMs: int(env, 'BATCH_SWEEP_INTERVAL_MS', 10_000, 100),
     engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),

@@ -78,6 +78,19 @@ describe('batch: slicing at pauses', () => {
     expect(long.length).to.equal(2);
   });
 
+  it('a pause ends a piece only once the piece is minUtteranceSeconds long', () => {
+    const env = synthetic(20, [
+      [0, 1],
+      [6, 6.8],
+      [12, 20],
+    ]);
+    const opts = { minPauseSeconds: 0.4, maxUtteranceSeconds: 30 };
+    expect(splitUtterances(env, 20, { ...opts, minUtteranceSeconds: 5 })).to.have.length(2);
+    const merged = splitUtterances(env, 20, { ...opts, minUtteranceSeconds: 8 });
+    expect(merged).to.have.length(1);
+    expect(merged[0]).to.include({ start: 0, end: 20 });
+  });
+
   it('on real speech, cuts fall in the pauses between clips', async () => {
     const dir = tmpDir('slice-');
     const wav = buildRecording(

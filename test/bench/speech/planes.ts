@@ -132,6 +132,7 @@ for (const c of clips) {
   const pieces = splitUtterances(energyEnvelope(pcm), pcm.length / 32000, {
     minPauseSeconds: config.batch.utteranceMinPauseSeconds,
     maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
+    minUtteranceSeconds: config.batch.utteranceMinSeconds,
   });
   const results = await Promise.all(
     pieces.map((p) => {
