@@ -156,6 +156,12 @@ export const REALTIME_ENV: Record<string, string> = {
   REALTIME_MAX_QUEUED_UTTERANCES: '4',
   // The clip form (a session whose decoder is not free) needs one decoder thread, not one per core.
   STT_THREADS: '1',
+  // An utterance whose final waits behind decoders that fell behind real time (a busy machine) is
+  // given up by the session's own REALTIME_TRANSCRIBE_TIMEOUT_MS (30 s): a per-utterance failure,
+  // which the breaker does not count. The engine's own limit (base + 1 s per audio second, 10 s by
+  // default) would fire first and count as an engine failure: five in a row open the breaker, which
+  // closes every session of the instance with 1013.
+  STT_BUILTIN_TIMEOUT_BASE_MS: '30000',
 };
 const ROLE_ENV: Record<Role, Record<string, string>> = { api: {}, realtime: REALTIME_ENV, engine: {} };
 

@@ -235,6 +235,41 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     expect(proc('api1').env.STT_WORKER_URLS).to.match(/^engine1=http/);
   });
 
+  it('past the admission limit of the realtime instances new sessions get 503 + Retry-After; open ones keep transcribing', async () => {
+    const { key } = await issue('pro', 'tenant-admission');
+    const perInstance = Number(REALTIME_ENV.REALTIME_MAX_SESSIONS);
+    const open: Client[] = [];
+    for (let i = 0; i < 2 * perInstance; i++) open.push(await session(key));
+    expect([(await stats('realtime1')).sessions, (await stats('realtime2')).sessions]).to.deep.equal([
+      perInstance,
+      perInstance,
+    ]);
+    // Both instances are full: refused (before authentication, no quota spent), not queued or closed.
+    for (let i = 0; i < 3; i++) {
+      const r = await refused(c.wsUrl, bearer(key).headers);
+      expect(r.status).to.equal(503);
+      expect(r.body.error.code).to.equal('upstream_unavailable');
+      expect(Number(r.headers['retry-after'])).to.be.at.least(1);
+    }
+    // The open sessions are all still there, and one of them transcribes.
+    const speech = Buffer.concat([readPcm(SHORT_CLIP), silence(1500)]);
+    await open[0].stream(speech, { pace: 4 });
+    const done = await open[0].next(COMPLETED, 60_000);
+    expect(done.error ?? null).to.equal(null);
+    for (const s of open) expect(s.ws.readyState, 'open session still open').to.equal(s.ws.OPEN);
+    for (const s of open) s.ws.close(1000);
+    await Promise.all(open.map((s) => s.closed));
+    // A slot is free again: the next session is accepted.
+    await eventually(
+      async () => (await stats('realtime1')).sessions + (await stats('realtime2')).sessions,
+      (n) => n === 0,
+      10_000,
+    );
+    const again = await session(key);
+    again.ws.close(1000);
+    await again.closed;
+  });
+
   it('tokens from either API are accepted by either realtime instance', async () => {
     const { key } = await issue('pro');
     for (const api of ['api1', 'api2']) {

@@ -50,6 +50,8 @@ export interface LoadResult {
   serverLatencyMs: { p50: number; p99: number };
   utterances: number;
   failedUtterances: number;
+  /** Failed utterances by error code. */
+  errors: Record<string, number>;
   closes: Record<string, number>;
   framesSent: number;
 }
@@ -68,6 +70,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   const completionMs: number[] = [];
   const serverLatency: number[] = [];
   const closes: Record<string, number> = {};
+  const errors: Record<string, number> = {};
   let failedConnects = 0;
   let utterances = 0;
   let failedUtterances = 0;
@@ -124,7 +127,11 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           stoppedAt.set(ev.utterance_index, performance.now());
         else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
           utterances++;
-          if (ev.error) failedUtterances++;
+          if (ev.error) {
+            failedUtterances++;
+            const code = String(ev.error.code ?? 'unknown');
+            errors[code] = (errors[code] ?? 0) + 1;
+          }
           const s = stoppedAt.get(ev.utterance_index);
           if (s !== undefined) completionMs.push(performance.now() - s);
           serverLatency.push(ev.latency_ms);
@@ -154,6 +161,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     serverLatencyMs: { p50: pct(serverLatency, 50), p99: pct(serverLatency, 99) },
     utterances,
     failedUtterances,
+    errors,
     closes,
     framesSent,
   };

@@ -4,7 +4,7 @@
  * 2 realtime processes decoding with the built-in engine's streaming form,
  * HAProxy) on this machine. Bounded: about 6-8 minutes with the defaults.
  *
- *   npx tsx test/bench/deploy/cluster.ts [--steps 2,4,6,8,10,12] [--seconds 20] [--trials 3]
+ *   npx tsx test/bench/deploy/cluster.ts [--steps 2,4,6,8,10,12] [--seconds 30] [--trials 3] [--carried N]
  *
  * 1. Capacity: N concurrent real-time streams of real speech (the Node load
  *    generator), N rising, on instances without admission limits and with a
@@ -15,14 +15,19 @@
  *    REALTIME_ENV, the same as docker/compose.yaml): refusals (503 +
  *    Retry-After), not closes of open sessions; the accepted sessions'
  *    utterances and p99.
- * 3. Failover: SIGKILL a realtime (then an API) instance and measure how long
+ * 3. The k6 realtime script (Node runner) at the carried load through the
+ *    load balancer: its thresholds and figures.
+ *    (--carried N skips the search of 1 and takes N as the carried load.)
+ * 4. Failover: SIGKILL a realtime (then an API) instance and measure how long
  *    until a new connection (request) through the load balancer succeeds,
  *    and how many attempts failed meanwhile; median of --trials.
  */
 import os from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import request from 'supertest';
-import { connect, bearer } from '../../realtime/helpers.js';
+import { connect, bearer, repoRoot } from '../../realtime/helpers.js';
+import { runK6Script } from '../../load/k6/node-runner.js';
 import { runLoad, type LoadResult } from '../../load/realtime-load.js';
 import { ADMIN_TOKEN, counterSum, deployCluster, type DeployedCluster } from '../../deploy/helpers.js';
 import { REALTIME_ENV } from '../../../scripts/cluster/index.js';
@@ -30,8 +35,9 @@ import { REALTIME_ENV } from '../../../scripts/cluster/index.js';
 const { values } = parseArgs({
   options: {
     steps: { type: 'string', default: '2,4,6,8,10,12' },
-    seconds: { type: 'string', default: '20' },
+    seconds: { type: 'string', default: '30' },
     trials: { type: 'string', default: '3' },
+    carried: { type: 'string' },
   },
 });
 const steps = values.steps.split(',').map(Number);
@@ -41,6 +47,8 @@ const trials = Number(values.trials);
 const PLANS_JSON = JSON.stringify({ pro: { maxConcurrentConnections: 500, maxConnectionsPerMinute: 5000 } });
 
 const cores = os.availableParallelism();
+const realtimes = (d: DeployedCluster) => [...d.cluster.processes.values()].filter((p) => p.role === 'realtime').length;
+const cpuPerStream: number[] = [];
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function proKey(d: DeployedCluster): Promise<string> {
@@ -66,9 +74,13 @@ function line(label: string, r: LoadResult): string {
   const closes = Object.entries(r.closes)
     .map(([k, v]) => `${k}:${v}`)
     .join(' ');
+  const errors = Object.entries(r.errors)
+    .map(([k, v]) => `${k}:${v}`)
+    .join(' ');
   return (
     `${label.padEnd(12)} connected ${r.connected}/${r.clients}  refused ${r.failedConnects}  ` +
-    `utterances ${r.utterances}  failed ${r.failedUtterances}  completion p50 ${r.completionMs.p50} ms ` +
+    `utterances ${r.utterances}  failed ${r.failedUtterances}${errors ? ` {${errors}}` : ''}  ` +
+    `completion p50 ${r.completionMs.p50} ms ` +
     `p99 ${r.completionMs.p99} ms  closes {${closes}}`
   );
 }
@@ -76,6 +88,8 @@ function line(label: string, r: LoadResult): string {
 interface Streaming {
   fallbacks: number;
   rssMiB: number[];
+  /** CPU seconds (user + system, every thread) of the realtime instances so far. */
+  cpuSeconds: number;
 }
 
 /**
@@ -86,15 +100,20 @@ interface Streaming {
  */
 async function streaming(d: DeployedCluster): Promise<Streaming> {
   let fallbacks = 0;
+  let cpuSeconds = 0;
   const rssMiB: number[] = [];
   for (const p of d.cluster.processes.values()) {
     if (p.role !== 'realtime') continue;
     const text = await fetch(`${p.url}/metrics`).then((r) => r.text());
     fallbacks += counterSum(text, 'stt_speech_requests_total');
-    const stats = (await fetch(`${p.url}/stats`).then((r) => r.json())) as { memory: { rss: number } };
+    const stats = (await fetch(`${p.url}/stats`).then((r) => r.json())) as {
+      memory: { rss: number };
+      cpu: { user: number; system: number };
+    };
     rssMiB.push(Math.round(stats.memory.rss / 2 ** 20));
+    cpuSeconds += (stats.cpu.user + stats.cpu.system) / 1e6;
   }
-  return { fallbacks, rssMiB };
+  return { fallbacks, rssMiB, cpuSeconds };
 }
 
 async function capacity(): Promise<number> {
@@ -114,10 +133,18 @@ async function capacity(): Promise<number> {
     console.log(`capacity through the load balancer (${seconds} s per step, ${cores} cores)`);
     for (const n of steps) {
       const before = await streaming(d);
+      const started = Date.now();
       const r = await load(d, n);
       const after = await streaming(d);
       const fallbacks = after.fallbacks - before.fallbacks;
-      console.log(`${line(`${n} streams`, r)}  clip fallbacks ${fallbacks}  realtime RSS ${after.rssMiB.join('/')} MiB`);
+      // Cores the realtime tier spent per stream: CPU time / (streams x wall time). Contention on a
+      // shared machine moves latencies far more than this.
+      const corePerStream = (after.cpuSeconds - before.cpuSeconds) / (n * ((Date.now() - started) / 1000));
+      cpuPerStream.push(corePerStream);
+      console.log(
+        `${line(`${n} streams`, r)}  clip fallbacks ${fallbacks}  realtime RSS ${after.rssMiB.join('/')} MiB  ` +
+          `realtime CPU per stream ${(corePerStream * 100).toFixed(1)} % of a core`,
+      );
       const ok = r.failedUtterances === 0 && r.completionMs.p99 < 3000 && r.connected === n && fallbacks === 0;
       if (!ok) break;
       best = n;
@@ -128,6 +155,11 @@ async function capacity(): Promise<number> {
   console.log(
     `max streams with 0 failed utterances and p99 < 3 s: ${best} (${(best / cores).toFixed(1)} per core)`,
   );
+  const cost = median(cpuPerStream);
+  console.log(
+    `realtime CPU per stream, median of the steps: ${(cost * 100).toFixed(1)} % of a core ` +
+      `(${(1 / cost).toFixed(1)} streams per core of decoding at full use)`,
+  );
   return best;
 }
 
@@ -137,12 +169,17 @@ async function overload(n: number): Promise<void> {
     const limits = ['STT_STREAM_DECODERS', 'REALTIME_MAX_SESSIONS', 'REALTIME_MAX_QUEUED_UTTERANCES']
       .map((k) => `${k}=${REALTIME_ENV[k]}`)
       .join(' ');
-    console.log(`\ntwice the load (${2 * n} streams) on the cluster's defaults (${limits} per instance)`);
-    const r = await load(d, 2 * n);
+    // Twice the carried load; at least twice what the defaults admit, so that refusals show.
+    const admitted = Number(REALTIME_ENV.REALTIME_MAX_SESSIONS) * realtimes(d);
+    const streams = 2 * Math.max(n, admitted);
+    console.log(
+      `\noverload: ${streams} streams (carried ${n}, the defaults admit ${admitted}: ${limits} per instance)`,
+    );
+    const r = await load(d, streams);
     const closedByServer = Object.entries(r.closes)
       .filter(([k]) => !k.startsWith('1000') && !k.startsWith('http_'))
       .reduce((a, [, v]) => a + v, 0);
-    console.log(line(`${2 * n} streams`, r));
+    console.log(line(`${streams} streams`, r));
     console.log(
       `refused ${r.failedConnects} (${Object.keys(r.closes).filter((k) => k.startsWith('http_')).join(' ') || 'none'}), ` +
         `open sessions closed by the server ${closedByServer}, failed utterances ${r.failedUtterances}`,
@@ -217,9 +254,36 @@ async function failover(): Promise<void> {
   }
 }
 
+async function k6(n: number): Promise<void> {
+  const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
+  try {
+    console.log(`\nk6 realtime script (Node runner) through the load balancer: ${n} VUs, ${seconds} s`);
+    const r = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
+      URL: d.cluster.wsUrl,
+      KEY: await proKey(d),
+      VUS: String(n),
+      DURATION_S: String(seconds),
+    });
+    const m = (name: string, stat = 'count') => r.metrics[name]?.[stat] ?? 0;
+    console.log(
+      `  connects ${m('rt_connect_ms')}  connect p99 ${Math.round(m('rt_connect_ms', 'p(99)'))} ms  ` +
+        `utterances ${m('rt_utterances')}  failed ${m('rt_failed_utterances')}  completion p50 ` +
+        `${Math.round(m('rt_completion_ms', 'med'))} ms p99 ${Math.round(m('rt_completion_ms', 'p(99)'))} ms  ` +
+        `refused ${m('rt_refused_connects')}  1013 closes ${m('rt_close_1013')}  server closes ${m('rt_server_closes')}`,
+    );
+    for (const t of r.thresholds)
+      console.log(`  ${t.ok ? 'pass' : 'FAIL'} ${t.metric} ${t.expression} (${Math.round(t.value)})`);
+  } finally {
+    await d.close();
+  }
+}
+
 const t0 = Date.now();
-const n = await capacity();
-if (n > 0) await overload(n);
+const n = values.carried ? Number(values.carried) : await capacity();
+if (n > 0) {
+  await overload(n);
+  await k6(n);
+}
 await failover();
 console.log(`\ndone in ${Math.round((Date.now() - t0) / 1000)} s`);
 process.exit(0);
