@@ -15,7 +15,13 @@ import { createDb } from '../../shared/db/index.js';
 import { createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
-import { freePort, REALTIME_ENV, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';
+import {
+  freePort,
+  REALTIME_ENV,
+  stopProcess,
+  waitHttpOk,
+  type Cluster,
+} from '../../scripts/cluster/index.js';
 import { wer } from '../speech/helpers.js';
 import {
   AUDIO_DIR,
@@ -55,6 +61,21 @@ const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const STOPPED = 'input_audio_buffer.speech_stopped';
 /** 3 s of speech: transcribed in time even when the shared machine's cores are busy. */
 const SHORT_CLIP = 'librivox-austen-0880.wav';
+
+/** What the test changes in every instance's environment (timings that make it fast). */
+const TEST_ENV: Record<string, string> = {
+  OUTBOUND_ALLOW: '127.0.0.1',
+  BATCH_LEASE_SECONDS: '2',
+  BATCH_SWEEP_INTERVAL_MS: '300',
+  REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
+  REALTIME_LEASE_RENEW_MS: '500',
+  // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
+  USAGE_CHECKPOINT_MS: '500',
+  WEBHOOK_BASE_DELAY_SECONDS: '1',
+  // This test is about the deployment, not decoding speed: on a shared machine whose cores are
+  // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.
+  STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
+};
 
 describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function () {
   this.timeout(120_000);
@@ -104,21 +125,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     execFileSync('sox', [...clips.map((f) => path.join(AUDIO_DIR, f)), path.join(audio, 'long.wav')]);
     fs.copyFileSync(path.join(AUDIO_DIR, SHORT_CLIP), path.join(audio, 'short.wav'));
     files = await startFileServer(audio);
-    d = await deployCluster({
-      env: {
-        OUTBOUND_ALLOW: '127.0.0.1',
-        BATCH_LEASE_SECONDS: '2',
-        BATCH_SWEEP_INTERVAL_MS: '300',
-        REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
-        REALTIME_LEASE_RENEW_MS: '500',
-        // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
-        USAGE_CHECKPOINT_MS: '500',
-        WEBHOOK_BASE_DELAY_SECONDS: '1',
-        // This test is about the deployment, not decoding speed: on a shared machine whose cores are
-        // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.
-        STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
-      },
-    });
+    d = await deployCluster({ env: TEST_ENV });
     c = d.cluster;
   });
   after(async function () {
@@ -209,7 +216,9 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       const text = done.map((e) => e.text as string).join(' ');
       // The clip form through the engine workers lost the words at the cuts ("y que archive nintendo for you").
       expect(words(text).join(' '), text).to.include('what your country can do for you');
-      expect(wer(ref, text), `realtime "${text}" vs whole clip "${whole}"`).to.be.at.most(wer(ref, whole) + 0.1);
+      expect(wer(ref, text), `realtime "${text}" vs whole clip "${whole}"`).to.be.at.most(
+        wer(ref, whole) + 0.1,
+      );
     }
     // Decoded while spoken: the realtime instances never ran the clip form (it is what counts
     // stt_speech_requests_total there; the streaming form does not).
@@ -228,7 +237,8 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       expect(block![1], `${k}: '${v}' in compose's realtime environment`).to.match(
         new RegExp(`\\b${k}: '${v}'`),
       );
-      for (const name of ['realtime1', 'realtime2']) expect(proc(name).env[k], `${name} ${k}`).to.equal(v);
+      for (const name of ['realtime1', 'realtime2'])
+        expect(proc(name).env[k], `${name} ${k}`).to.equal(TEST_ENV[k] ?? v);
     }
     // Segment and batch on the API keep the engine workers.
     for (const name of ['api1', 'api2']) expect(proc(name).env.STT_ENGINE).to.equal(undefined);

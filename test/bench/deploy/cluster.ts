@@ -47,7 +47,8 @@ const trials = Number(values.trials);
 const PLANS_JSON = JSON.stringify({ pro: { maxConcurrentConnections: 500, maxConnectionsPerMinute: 5000 } });
 
 const cores = os.availableParallelism();
-const realtimes = (d: DeployedCluster) => [...d.cluster.processes.values()].filter((p) => p.role === 'realtime').length;
+const realtimes = (d: DeployedCluster) =>
+  [...d.cluster.processes.values()].filter((p) => p.role === 'realtime').length;
 const cpuPerStream: number[] = [];
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -145,7 +146,8 @@ async function capacity(): Promise<number> {
         `${line(`${n} streams`, r)}  clip fallbacks ${fallbacks}  realtime RSS ${after.rssMiB.join('/')} MiB  ` +
           `realtime CPU per stream ${(corePerStream * 100).toFixed(1)} % of a core`,
       );
-      const ok = r.failedUtterances === 0 && r.completionMs.p99 < 3000 && r.connected === n && fallbacks === 0;
+      const ok =
+        r.failedUtterances === 0 && r.completionMs.p99 < 3000 && r.connected === n && fallbacks === 0;
       if (!ok) break;
       best = n;
     }
@@ -181,8 +183,11 @@ async function overload(n: number): Promise<void> {
       .reduce((a, [, v]) => a + v, 0);
     console.log(line(`${streams} streams`, r));
     console.log(
-      `refused ${r.failedConnects} (${Object.keys(r.closes).filter((k) => k.startsWith('http_')).join(' ') || 'none'}), ` +
-        `open sessions closed by the server ${closedByServer}, failed utterances ${r.failedUtterances}`,
+      `refused ${r.failedConnects} (${
+        Object.keys(r.closes)
+          .filter((k) => k.startsWith('http_'))
+          .join(' ') || 'none'
+      }), ` + `open sessions closed by the server ${closedByServer}, failed utterances ${r.failedUtterances}`,
     );
   } finally {
     await d.close();
