@@ -4,17 +4,22 @@
  * 2 realtime processes decoding with the built-in engine's streaming form,
  * HAProxy) on this machine. Bounded: about 6-8 minutes with the defaults.
  *
- *   npx tsx test/bench/deploy/cluster.ts [--steps 2,4,6,8,10,12] [--seconds 30] [--trials 3] [--carried N]
+ *   npx tsx test/bench/deploy/cluster.ts [--steps 2,4,6,8,10] [--seconds 20] [--trials 3] [--carried N]
+ *
+ * Lines: connected/clients, refused handshakes, utterances completed/cut by
+ * the server (the rest were still pending when the clients left), failed
+ * utterances by code, completion percentiles, close codes.
  *
  * 1. Capacity: N concurrent real-time streams of real speech (the Node load
  *    generator), N rising, on instances without admission limits and with a
  *    streaming decoder for every session: the largest N with 0 failed
  *    utterances, every utterance decoded while spoken, and a completion p99
  *    (speech_stopped -> completed) under 3 s.
- * 2. Twice that load on the cluster's own defaults (scripts/cluster
- *    REALTIME_ENV, the same as docker/compose.yaml): refusals (503 +
+ * 2. Overload on the cluster's own defaults (scripts/cluster REALTIME_ENV,
+ *    the same as docker/compose.yaml): twice the carried load, and at least
+ *    twice what the defaults admit, so that refusals show: refusals (503 +
  *    Retry-After), not closes of open sessions; the accepted sessions'
- *    utterances and p99.
+ *    utterances and p99. Steps 2-4 share one cluster on the defaults.
  * 3. The k6 realtime script (Node runner) at the carried load through the
  *    load balancer: its thresholds and figures.
  *    (--carried N skips the search of 1 and takes N as the carried load.)
@@ -34,8 +39,8 @@ import { REALTIME_ENV } from '../../../scripts/cluster/index.js';
 
 const { values } = parseArgs({
   options: {
-    steps: { type: 'string', default: '2,4,6,8,10,12' },
-    seconds: { type: 'string', default: '30' },
+    steps: { type: 'string', default: '2,4,6,8,10' },
+    seconds: { type: 'string', default: '20' },
     trials: { type: 'string', default: '3' },
     carried: { type: 'string' },
   },
@@ -80,7 +85,7 @@ function line(label: string, r: LoadResult): string {
     .join(' ');
   return (
     `${label.padEnd(12)} connected ${r.connected}/${r.clients}  refused ${r.failedConnects}  ` +
-    `utterances ${r.utterances}  failed ${r.failedUtterances}${errors ? ` {${errors}}` : ''}  ` +
+    `utterances ${r.utterances}/${r.stopped}  failed ${r.failedUtterances}${errors ? ` {${errors}}` : ''}  ` +
     `completion p50 ${r.completionMs.p50} ms ` +
     `p99 ${r.completionMs.p99} ms  closes {${closes}}`
   );
@@ -147,7 +152,12 @@ async function capacity(): Promise<number> {
           `realtime CPU per stream ${(corePerStream * 100).toFixed(1)} % of a core`,
       );
       const ok =
-        r.failedUtterances === 0 && r.completionMs.p99 < 3000 && r.connected === n && fallbacks === 0;
+        r.failedUtterances === 0 &&
+        r.completionMs.p99 < 3000 &&
+        r.connected === n &&
+        fallbacks === 0 &&
+        // Every utterance the server cut was answered before the clients left.
+        r.utterances === r.stopped;
       if (!ok) break;
       best = n;
     }
@@ -165,33 +175,28 @@ async function capacity(): Promise<number> {
   return best;
 }
 
-async function overload(n: number): Promise<void> {
-  const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
-  try {
-    const limits = ['STT_STREAM_DECODERS', 'REALTIME_MAX_SESSIONS', 'REALTIME_MAX_QUEUED_UTTERANCES']
-      .map((k) => `${k}=${REALTIME_ENV[k]}`)
-      .join(' ');
-    // Twice the carried load; at least twice what the defaults admit, so that refusals show.
-    const admitted = Number(REALTIME_ENV.REALTIME_MAX_SESSIONS) * realtimes(d);
-    const streams = 2 * Math.max(n, admitted);
-    console.log(
-      `\noverload: ${streams} streams (carried ${n}, the defaults admit ${admitted}: ${limits} per instance)`,
-    );
-    const r = await load(d, streams);
-    const closedByServer = Object.entries(r.closes)
-      .filter(([k]) => !k.startsWith('1000') && !k.startsWith('http_'))
-      .reduce((a, [, v]) => a + v, 0);
-    console.log(line(`${streams} streams`, r));
-    console.log(
-      `refused ${r.failedConnects} (${
-        Object.keys(r.closes)
-          .filter((k) => k.startsWith('http_'))
-          .join(' ') || 'none'
-      }), ` + `open sessions closed by the server ${closedByServer}, failed utterances ${r.failedUtterances}`,
-    );
-  } finally {
-    await d.close();
-  }
+async function overload(d: DeployedCluster, n: number): Promise<void> {
+  const limits = ['STT_STREAM_DECODERS', 'REALTIME_MAX_SESSIONS', 'REALTIME_MAX_QUEUED_UTTERANCES']
+    .map((k) => `${k}=${REALTIME_ENV[k]}`)
+    .join(' ');
+  // Twice the carried load; at least twice what the defaults admit, so that refusals show.
+  const admitted = Number(REALTIME_ENV.REALTIME_MAX_SESSIONS) * realtimes(d);
+  const streams = 2 * Math.max(n, admitted);
+  console.log(
+    `\noverload: ${streams} streams (carried ${n}, the defaults admit ${admitted}: ${limits} per instance)`,
+  );
+  const r = await load(d, streams);
+  const closedByServer = Object.entries(r.closes)
+    .filter(([k]) => !k.startsWith('1000') && !k.startsWith('http_'))
+    .reduce((a, [, v]) => a + v, 0);
+  console.log(line(`${streams} streams`, r));
+  console.log(
+    `refused ${r.failedConnects} (${
+      Object.keys(r.closes)
+        .filter((k) => k.startsWith('http_'))
+        .join(' ') || 'none'
+    }), ` + `open sessions closed by the server ${closedByServer}, failed utterances ${r.failedUtterances}`,
+  );
 }
 
 /** Milliseconds from the kill until `attempt` succeeds, and the attempts that failed before. */
@@ -206,89 +211,85 @@ async function until(attempt: () => Promise<boolean>): Promise<{ ms: number; fai
   return { ms: Infinity, failed };
 }
 
-async function failover(): Promise<void> {
-  const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
+async function failover(d: DeployedCluster): Promise<void> {
   const c = d.cluster;
-  try {
-    const key = await proKey(d);
-    const session = async () => {
-      try {
-        const s = await connect(c.wsUrl, bearer(key));
-        await s.next('session.created', 5000);
-        s.ws.close(1000);
-        return true;
-      } catch {
-        return false;
-      }
-    };
-    const plans = async () =>
-      (
-        await request(c.url)
-          .get('/v1/external-transcription/plans')
-          .catch(() => ({ status: 0 }))
-      ).status === 200;
-    console.log(`\nfailover (${trials} trials each): time from SIGKILL to the next success through the LB`);
-    for (const [role, attempt] of [
-      ['realtime', session],
-      ['api', plans],
-    ] as const) {
-      const times: number[] = [];
-      const failures: number[] = [];
-      for (let i = 0; i < trials; i++) {
-        const name = `${role}${(i % 2) + 1}`;
-        const p = c.processes.get(name)!;
-        p.child.kill('SIGKILL');
-        await p.exited;
-        const r = await until(attempt);
-        times.push(r.ms);
-        failures.push(r.failed);
-        // And it keeps working: 20 more in a row.
-        let later = 0;
-        for (let j = 0; j < 20; j++) if (!(await attempt())) later++;
-        console.log(
-          `  ${role} ${name} killed: first success after ${r.ms} ms, ${r.failed} failed before, ${later}/20 failed after`,
-        );
-        await c.start(name);
-      }
-      console.log(
-        `${role}: median ${median(times)} ms to the next success, median ${median(failures)} failed attempts`,
-      );
+  const key = await proKey(d);
+  const session = async () => {
+    try {
+      const s = await connect(c.wsUrl, bearer(key));
+      await s.next('session.created', 5000);
+      s.ws.close(1000);
+      return true;
+    } catch {
+      return false;
     }
-  } finally {
-    await d.close();
+  };
+  const plans = async () =>
+    (
+      await request(c.url)
+        .get('/v1/external-transcription/plans')
+        .catch(() => ({ status: 0 }))
+    ).status === 200;
+  console.log(`\nfailover (${trials} trials each): time from SIGKILL to the next success through the LB`);
+  for (const [role, attempt] of [
+    ['realtime', session],
+    ['api', plans],
+  ] as const) {
+    const times: number[] = [];
+    const failures: number[] = [];
+    for (let i = 0; i < trials; i++) {
+      const name = `${role}${(i % 2) + 1}`;
+      const p = c.processes.get(name)!;
+      p.child.kill('SIGKILL');
+      await p.exited;
+      const r = await until(attempt);
+      times.push(r.ms);
+      failures.push(r.failed);
+      // And it keeps working: 20 more in a row.
+      let later = 0;
+      for (let j = 0; j < 20; j++) if (!(await attempt())) later++;
+      console.log(
+        `  ${role} ${name} killed: first success after ${r.ms} ms, ${r.failed} failed before, ${later}/20 failed after`,
+      );
+      await c.start(name);
+    }
+    console.log(
+      `${role}: median ${median(times)} ms to the next success, median ${median(failures)} failed attempts`,
+    );
   }
 }
 
-async function k6(n: number): Promise<void> {
-  const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
-  try {
-    console.log(`\nk6 realtime script (Node runner) through the load balancer: ${n} VUs, ${seconds} s`);
-    const r = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
-      URL: d.cluster.wsUrl,
-      KEY: await proKey(d),
-      VUS: String(n),
-      DURATION_S: String(seconds),
-    });
-    const m = (name: string, stat = 'count') => r.metrics[name]?.[stat] ?? 0;
-    console.log(
-      `  connects ${m('rt_connect_ms')}  connect p99 ${Math.round(m('rt_connect_ms', 'p(99)'))} ms  ` +
-        `utterances ${m('rt_utterances')}  failed ${m('rt_failed_utterances')}  completion p50 ` +
-        `${Math.round(m('rt_completion_ms', 'med'))} ms p99 ${Math.round(m('rt_completion_ms', 'p(99)'))} ms  ` +
-        `refused ${m('rt_refused_connects')}  1013 closes ${m('rt_close_1013')}  server closes ${m('rt_server_closes')}`,
-    );
-    for (const t of r.thresholds)
-      console.log(`  ${t.ok ? 'pass' : 'FAIL'} ${t.metric} ${t.expression} (${Math.round(t.value)})`);
-  } finally {
-    await d.close();
-  }
+async function k6(d: DeployedCluster, n: number): Promise<void> {
+  console.log(`\nk6 realtime script (Node runner) through the load balancer: ${n} VUs, ${seconds} s`);
+  const r = await runK6Script(path.join(repoRoot, 'test/load/k6/realtime.js'), {
+    URL: d.cluster.wsUrl,
+    KEY: await proKey(d),
+    VUS: String(n),
+    DURATION_S: String(seconds),
+  });
+  const m = (name: string, stat = 'count') => r.metrics[name]?.[stat] ?? 0;
+  console.log(
+    `  connects ${m('rt_connect_ms')}  connect p99 ${Math.round(m('rt_connect_ms', 'p(99)'))} ms  ` +
+      `utterances ${m('rt_utterances')}  failed ${m('rt_failed_utterances')}  completion p50 ` +
+      `${Math.round(m('rt_completion_ms', 'med'))} ms p99 ${Math.round(m('rt_completion_ms', 'p(99)'))} ms  ` +
+      `refused ${m('rt_refused_connects')}  1013 closes ${m('rt_close_1013')}  server closes ${m('rt_server_closes')}`,
+  );
+  for (const t of r.thresholds)
+    console.log(`  ${t.ok ? 'pass' : 'FAIL'} ${t.metric} ${t.expression} (${Math.round(t.value)})`);
 }
 
 const t0 = Date.now();
 const n = values.carried ? Number(values.carried) : await capacity();
-if (n > 0) {
-  await overload(n);
-  await k6(n);
+// One cluster on the defaults of `npm run cluster` for the rest (failover last: it kills instances).
+const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
+try {
+  if (n > 0) {
+    await overload(d, n);
+    await k6(d, n);
+  }
+  await failover(d);
+} finally {
+  await d.close();
 }
-await failover();
 console.log(`\ndone in ${Math.round((Date.now() - t0) / 1000)} s`);
 process.exit(0);
