@@ -4,7 +4,7 @@
  * 2 realtime processes decoding with the built-in engine's streaming form,
  * HAProxy) on this machine. Bounded: about 6-8 minutes with the defaults.
  *
- *   npx tsx test/bench/deploy/cluster.ts [--steps 2,4,6,8,10] [--seconds 20] [--trials 3] [--carried N]
+ *   npx tsx test/bench/deploy/cluster.ts [--steps 1,2,4,6,8,10] [--seconds 20] [--trials 3] [--carried N]
  *
  * Lines: connected/clients, refused handshakes, utterances completed/cut by
  * the server (the rest were still pending when the clients left), failed
@@ -39,7 +39,7 @@ import { REALTIME_ENV } from '../../../scripts/cluster/index.js';
 
 const { values } = parseArgs({
   options: {
-    steps: { type: 'string', default: '2,4,6,8,10' },
+    steps: { type: 'string', default: '1,2,4,6,8,10' },
     seconds: { type: 'string', default: '20' },
     trials: { type: 'string', default: '3' },
     carried: { type: 'string' },
@@ -283,10 +283,8 @@ const n = values.carried ? Number(values.carried) : await capacity();
 // One cluster on the defaults of `npm run cluster` for the rest (failover last: it kills instances).
 const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
 try {
-  if (n > 0) {
-    await overload(d, n);
-    await k6(d, n);
-  }
+  await overload(d, n);
+  await k6(d, Math.max(1, n));
   await failover(d);
 } finally {
   await d.close();
