@@ -15,14 +15,14 @@
  *    streaming decoder for every session: the largest N with 0 failed
  *    utterances, every utterance decoded while spoken, and a completion p99
  *    (speech_stopped -> completed) under 3 s.
- * 2. Overload on the cluster's own defaults (scripts/cluster REALTIME_ENV,
+ * 2. The k6 realtime script (Node runner) at the carried load through the
+ *    load balancer: its thresholds and figures.
+ *    (--carried N skips the search of 1 and takes N as the carried load.)
+ * 3. Overload on the cluster's own defaults (scripts/cluster REALTIME_ENV,
  *    the same as docker/compose.yaml): twice the carried load, and at least
  *    twice what the defaults admit, so that refusals show: refusals (503 +
  *    Retry-After), not closes of open sessions; the accepted sessions'
  *    utterances and p99. Steps 2-4 share one cluster on the defaults.
- * 3. The k6 realtime script (Node runner) at the carried load through the
- *    load balancer: its thresholds and figures.
- *    (--carried N skips the search of 1 and takes N as the carried load.)
  * 4. Failover: SIGKILL a realtime (then an API) instance and measure how long
  *    until a new connection (request) through the load balancer succeeds,
  *    and how many attempts failed meanwhile; median of --trials.
@@ -283,8 +283,9 @@ const n = values.carried ? Number(values.carried) : await capacity();
 // One cluster on the defaults of `npm run cluster` for the rest (failover last: it kills instances).
 const d = await deployCluster({ env: { LOG_LEVEL: 'warn', PLANS_JSON } });
 try {
-  await overload(d, n);
+  // k6 before the overload: decoders that fell behind under it take a while to catch up.
   await k6(d, Math.max(1, n));
+  await overload(d, n);
   await failover(d);
 } finally {
   await d.close();
