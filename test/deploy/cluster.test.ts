@@ -188,7 +188,9 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     }
   });
 
-  it('realtime through the load balancer decodes while speech is spoken: jfk.wav has the whole-clip words', async () => {
+  it('realtime through the load balancer decodes while speech is spoken: jfk.wav has the whole-clip words', async function () {
+    // A segment request and two streamed clips on a machine whose cores other jobs may hold.
+    this.timeout(240_000);
     const { key } = await issue('pro', 'tenant-jfk');
     const ref = refs().get('jfk.wav')!;
     // The whole clip at once (segment endpoint: the API's remote engine workers).
