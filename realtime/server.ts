@@ -36,7 +36,7 @@ import { ConnectionQuota } from './quota.js';
 import { UsageMeter } from './metering.js';
 import { RealtimeSession, newRequestId, newSessionId, type Transport } from './session.js';
 
-export const STREAM_PATH = '/v1/audio/transcriptions/stream';
+import { STREAM_PATH } from '../shared/paths.js';
 
 export interface RealtimeDeps {
   config: Config;

@@ -33,7 +33,8 @@ const require = createRequire(import.meta.url);
 
 /** Samples per model window at 16 kHz (32 ms), fixed by silero v5. */
 export const WINDOW_SAMPLES = 512;
-export const SAMPLE_RATE = 16_000;
+import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../audio/pcm.js';
+export { SAMPLE_RATE };
 /** Samples of the next window the model sees after the current one (silero v5 at 16 kHz). */
 const OVERLAP = 64;
 const INPUT = WINDOW_SAMPLES + OVERLAP;
