@@ -287,4 +287,4 @@ console.log(
     2,
   ),
 );
-model.close();
+await model.close();
