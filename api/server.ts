@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
 import { migrateLatest } from '../shared/db/index.js';
-import { attachRealtimeProxy } from '../realtime/proxy.js';
+import { attachRealtimeProxy } from './realtime/proxy.js';
 import { startBatch, stopBatch } from './batch/runtime.js';
 import { createApp } from './app.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';

@@ -80,8 +80,6 @@ export interface RealtimeConfig {
    * speech engine; sessions already open keep their utterances. 0 = no limit.
    */
   overload: { maxSessions: number; maxQueuedUtterances: number; retryAfterSeconds: number };
-  /** With a remote worker pool, run the speech client in a worker thread (off the WebSocket loop). */
-  engineThread: boolean;
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
   requireNativeUws: boolean;
   /** Where the API proxies upgrades to in embedded mode (host:port of this process). */
@@ -148,7 +146,6 @@ export function realtimeConfig(env: Env): RealtimeConfig {
       maxSkip: int(env, 'REALTIME_VAD_MAX_SKIP', 4, 0),
     },
     maxSpeechMsCap: int(env, 'REALTIME_MAX_SPEECH_MS_CAP', 60_000, 1000),
-    engineThread: bool(env, 'REALTIME_ENGINE_THREAD', false),
     requireNativeUws: bool(env, 'REALTIME_REQUIRE_NATIVE_UWS', true),
     upstreamProxyTarget: str(env, 'REALTIME_PROXY_TARGET'),
     readyUrls: readyUrls(env),

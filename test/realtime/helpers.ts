@@ -77,17 +77,17 @@ export interface RealtimeTestContext {
   close(): Promise<void>;
 }
 
-let sharedPool: SileroPool | null = null;
+let sharedPool: Promise<SileroPool> | null = null;
 /** One silero pool for the whole test run (instances cost ~40 ms each to create). */
-export function testVadPool(config: Config): SileroPool {
-  sharedPool ??= new SileroPool({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
+export function testVadPool(config: Config): Promise<SileroPool> {
+  sharedPool ??= SileroPool.load({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
   return sharedPool;
 }
 
-/** Segmentation in the test's own thread (events are synchronous): deterministic tests. */
-export function testVad(config: Config): VadService {
+/** Segmentation in the test's own thread (no worker thread): deterministic tests. */
+export async function testVad(config: Config): Promise<VadService> {
   const v = config.realtime.vad;
-  return new InlineVad(testVadPool(config), {
+  return new InlineVad(await testVadPool(config), {
     gateDbfs: v.gateDbfs,
     releaseAfterMs: v.releaseAfterMs,
     holdDb: v.holdDb,
@@ -128,7 +128,7 @@ export async function createRealtimeContext(opts: {
   const ledger = new UsageLedger(db, config.ledger, logger).start();
   const rt = await startRealtime(
     { config, logger, db, auth, limits, engine: opts.engine, ledger },
-    { port: 0, host: '127.0.0.1', vad: opts.vad ?? testVad(config) },
+    { port: 0, host: '127.0.0.1', vad: opts.vad ?? (await testVad(config)) },
   );
   const base = `http://127.0.0.1:${rt.port}`;
   return {
@@ -163,9 +163,17 @@ export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Pr
 }
 
 /** Waits until the server has counted `seconds` of a session's audio (every frame sent so far arrived). */
-export async function audioReceived(ctx: RealtimeTestContext, sessionId: string, seconds: number): Promise<void> {
+export async function audioReceived(
+  ctx: RealtimeTestContext,
+  sessionId: string,
+  seconds: number,
+): Promise<void> {
   const counted = () => [...ctx.rt.sessions].find((s) => s.sessionId === sessionId)?.audioSeconds ?? 0;
-  const got = await eventually(async () => counted(), (v) => v >= seconds - 0.001, 30_000);
+  const got = await eventually(
+    async () => counted(),
+    (v) => v >= seconds - 0.001,
+    30_000,
+  );
   if (got < seconds - 0.001) throw new Error(`the server counted ${got} s of ${sessionId}, not ${seconds} s`);
 }
 
@@ -254,7 +262,8 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
         for (let off = 0; off < pcm.length; off += frame) {
           if (ws.readyState !== WebSocket.OPEN) return;
           const piece = pcm.subarray(off, Math.min(pcm.length, off + frame));
-          if (o.base64) ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
+          if (o.base64)
+            ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
           else ws.send(piece);
           if (pace > 0) {
             const due = t0 + (off + frame) / 32 / pace;

@@ -9,7 +9,7 @@
  */
 import type Router from '@koa/router';
 import type { AppDeps } from '../../deps.js';
-import { REALTIME_STREAM_PATH } from '../../../realtime/proxy.js';
+import { STREAM_PATH } from '../../../shared/paths.js';
 
 const realtimeErrorSchema = {
   type: 'object',
@@ -28,7 +28,7 @@ const realtimeErrorSchema = {
 } as const;
 
 export function register(router: Router, deps: AppDeps): void {
-  router.all(REALTIME_STREAM_PATH, (ctx) => {
+  router.all(STREAM_PATH, (ctx) => {
     ctx.status = 426;
     ctx.set('Upgrade', 'websocket');
     ctx.body = {
@@ -41,7 +41,7 @@ export function register(router: Router, deps: AppDeps): void {
   });
   deps.openapi.add({
     method: 'get',
-    path: REALTIME_STREAM_PATH,
+    path: STREAM_PATH,
     operationId: 'realtimeStream',
     summary: 'Realtime transcription over a WebSocket (upgrade only)',
     description:

@@ -5,8 +5,7 @@ import { authError, requireApiKey } from '../../http/auth.js';
 import { usePlane } from '../../http/errors.js';
 import { requestRateLimit } from '../../http/rateLimit.js';
 import { apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
-
-export const REALTIME_PATH = '/v1/audio/transcriptions/stream';
+import { STREAM_PATH } from '../../../shared/paths.js';
 
 const tokenSchema = {
   type: 'object',
@@ -19,7 +18,7 @@ const tokenSchema = {
       maximum: 60,
       description: 'Seconds: 60 (SESSION_TOKEN_TTL_SECONDS may only shorten it)',
     },
-    endpoint: { type: 'string', const: REALTIME_PATH },
+    endpoint: { type: 'string', const: STREAM_PATH },
   },
 } as const;
 
@@ -33,7 +32,7 @@ export function register(router: Router, deps: AppDeps): void {
       const issued = deps.auth.issueSessionToken(ctx.state.principal);
       if ('ok' in issued) throw authError(issued);
       ctx.res.setHeader('Cache-Control', 'no-store');
-      ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: REALTIME_PATH };
+      ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: STREAM_PATH };
     },
   );
   deps.openapi.add({

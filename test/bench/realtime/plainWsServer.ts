@@ -15,7 +15,7 @@ import { createRealtimeDeps } from '../../../realtime/main.js';
 import { CircuitBreaker } from '../../../realtime/breaker.js';
 import { ConnectionQuota } from '../../../realtime/quota.js';
 import { UsageMeter } from '../../../realtime/metering.js';
-import { realtimeCredential } from '../../../realtime/server.js';
+import { realtimeCredential } from '../../../realtime/admission.js';
 import { RealtimeSession, newSessionId } from '../../../realtime/session.js';
 import { GatewayTimings } from '../../../realtime/timings.js';
 
@@ -25,9 +25,10 @@ const deps = await createRealtimeDeps(config, logger);
 const rt = config.realtime;
 const breaker = new CircuitBreaker(rt.breaker);
 const quota = new ConnectionQuota(deps.limits, rt, logger);
+// Declared before the meter: its checkpoint timer may fire while the VAD threads start.
+const sessions = new Set<RealtimeSession>();
 const meter = new UsageMeter(deps.ledger, () => sessions, config.ledger.checkpointMs);
 const vad = await createVadService(rt.vad.threads, rt.vad);
-const sessions = new Set<RealtimeSession>();
 const timings = new GatewayTimings();
 
 const server = http.createServer((req, res) => {
