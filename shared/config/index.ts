@@ -51,12 +51,15 @@ export function loadConfig(env: Env = process.env, overrides: ConfigOverrides = 
   );
   // Without REALTIME_READY_URLS, the API's /readyz checks the realtime process it proxies to, if any.
   const rt = config.realtime;
-  if (!rt.readyUrls.length && rt.upstreamProxyTarget) rt.readyUrls = [`http://${rt.upstreamProxyTarget}/readyz`];
+  if (!rt.readyUrls.length && rt.upstreamProxyTarget)
+    rt.readyUrls = [`http://${rt.upstreamProxyTarget}/readyz`];
   return config;
 }
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && Object.getPrototypeOf(v) === Object.prototype;
+  return (
+    typeof v === 'object' && v !== null && !Array.isArray(v) && Object.getPrototypeOf(v) === Object.prototype
+  );
 }
 
 /** A copy of `base` with `over` laid over it: plain objects merged key by key, anything else replaced. */

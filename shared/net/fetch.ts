@@ -110,7 +110,8 @@ export class OutboundClient {
 
   async request(rawUrl: string, opts: OutboundOptions = {}): Promise<OutboundResponse> {
     const method = opts.method ?? 'GET';
-    const maxRedirects = method === 'GET' ? (opts.maxRedirects ?? this.defaults.maxRedirects ?? OUTBOUND_MAX_REDIRECTS) : 0;
+    const maxRedirects =
+      method === 'GET' ? (opts.maxRedirects ?? this.defaults.maxRedirects ?? OUTBOUND_MAX_REDIRECTS) : 0;
     const deadline = opts.timeoutMs ? Date.now() + opts.timeoutMs : Infinity;
     let url = OutboundClient.parseUrl(rawUrl);
     for (let hop = 0; ; hop++) {

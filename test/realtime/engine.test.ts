@@ -29,11 +29,13 @@ describe('realtime: speech client in a worker thread', function () {
       STT_WORKER_URLS: worker.url,
       STT_ATTEMPT_TIMEOUT_MS: '20000',
       STT_BUDGET_MS: '20000',
-      STT_HEALTH_TIMEOUT_MS: '2000',
       LOG_LEVEL: 'silent',
     };
     const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 48000); // 1.5 s: decoding is real, keep it short
-    const here = new RemotePool(loadConfig(env).speech.remote, createLogger({ level: 'silent' }));
+    const here = new RemotePool(
+      loadConfig(env, { speech: { remote: { healthTimeoutMs: 2000 } } }).speech.remote,
+      createLogger({ level: 'silent' }),
+    );
     const expected = await here.transcribe({ pcm, language: 'en' }).finally(() => here.close());
     const engine = await ThreadedEngine.start(env);
     try {
