@@ -84,8 +84,8 @@ if (!env.DATABASE_URL) {
 if (base.migrateOnStart) {
   const { createDb, migrateLatest } = await import('../shared/db/index.js');
   const db = createDb(env.DATABASE_URL!, { logger });
-  await migrateLatest(db);
-  await db.destroy();
+  const applied = await migrateLatest(db).finally(() => db.destroy());
+  if (applied.length) logger.info({ applied }, 'database migrated');
 }
 
 // The realtime tier is its own process; the API splices its upgrades through, so

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { loadConfig } from '../../shared/config/index.js';
+import { loadConfig, SECRET_SETTINGS } from '../../shared/config/index.js';
 import { transcribeCliConfig } from '../../shared/config/speech.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -80,6 +80,11 @@ describe('unit: configuration surface', () => {
       [...documented].filter((n) => !read.has(n)).sort(),
       'in README.md, not read by shared/config',
     ).to.deep.equal([]);
+  });
+
+  it('names only variables it reads as secrets', () => {
+    const read = new Set([...namesRead(), ...namesInSource()]);
+    expect(SECRET_SETTINGS.filter((n) => !read.has(n))).to.deep.equal([]);
   });
 
   it('stays an operator surface: at most 90 variables', () => {
