@@ -74,7 +74,7 @@ export async function startApi(
 }
 
 /**
- * With REALTIME_PROXY_TARGET (host:port), the API also serves the realtime
+ * With `realtime.upstreamProxyTarget` (host:port; the embedded start sets it), the API also serves the realtime
  * stream on its own base URL by splicing upgrades through to the realtime
  * process (and /readyz checks that process's /readyz). The embedded start uses
  * this; a scaled deployment routes the stream path at its load balancer.

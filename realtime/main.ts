@@ -45,8 +45,7 @@ export async function createRealtimeDeps(
   };
 }
 
-export async function runRealtimeProcess(): Promise<RunningRealtime> {
-  const config = loadConfig();
+export async function runRealtimeProcess(config: Config = loadConfig()): Promise<RunningRealtime> {
   const logger = createLogger({ level: config.logLevel, name: 'realtime' });
   const started: { stop?: () => Promise<void> } = {};
   installFailurePolicy(logger, { onFatal: () => started.stop?.() });

@@ -9,6 +9,7 @@
  */
 import type { Context, Middleware, Next } from 'koa';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
+import { DEPENDENCY_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
 
 export type Plane = 'api' | 'batch' | 'admin';
 
@@ -68,7 +69,11 @@ export function isDataException(err: unknown): boolean {
 export const isStoreUnavailable = isDependencyUnavailable;
 
 /** Translates errors thrown by body parsers and the like into ApiErrors. */
-export function toApiError(err: unknown, plane: Plane, retryAfterSeconds = 5): ApiError {
+export function toApiError(
+  err: unknown,
+  plane: Plane,
+  retryAfterSeconds = DEPENDENCY_RETRY_AFTER_SECONDS,
+): ApiError {
   if (err instanceof ApiError) return err;
   const e = err as {
     status?: number;

@@ -22,7 +22,7 @@ export interface RealtimeProxyOptions {
   connectTimeoutMs?: number;
   /**
    * Retry-After (seconds) of the 503 upstream_unavailable answered while the
-   * realtime process cannot be reached (interface 7.2; REALTIME_RETRY_AFTER_SECONDS).
+   * realtime process cannot be reached (interface 7.2; REALTIME_RETRY_AFTER_SECONDS in shared/config/platform.ts).
    */
   retryAfterSeconds?: number;
 }

@@ -87,7 +87,8 @@ export interface SegmenterOptions {
    * above the stream's noise floor, right after a model "speech" answer, is
    * speech without running the model (0 disables). The model still runs at
    * least every `maxSkip + 1` windows and on every quieter window, so pauses
-   * (what ends utterances) are always judged by silero.
+   * (what ends utterances) are always judged by silero. Values: VAD_TUNING
+   * in shared/config/realtime.ts; without `maxSkip` the hold skips nothing.
    */
   holdDb?: number;
   maxSkip?: number;
@@ -162,7 +163,7 @@ export class Segmenter {
     this.fallbackRms = Math.pow(10, (opts.gateDbfs + ENERGY_FALLBACK_MARGIN_DB) / 20);
     this.releaseAfterW = ms2w(opts.releaseAfterMs);
     this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
-    this.maxSkip = opts.maxSkip ?? 2;
+    this.maxSkip = opts.maxSkip ?? 0;
     this.streamAudio = opts.streamAudio ?? false;
     this.configure(settings);
   }

@@ -65,9 +65,9 @@ export interface VadServiceOptions extends SegmenterOptions {
    * thread, so that the windows of many streams share one model call (0 = at
    * the end of each event-loop turn).
    */
-  batchWaitMs?: number;
+  batchWaitMs: number;
   /** ... unless this many windows of audio are already waiting. */
-  batchWindows?: number;
+  batchWindows: number;
 }
 
 export class InlineVad implements VadService {
@@ -223,8 +223,8 @@ export class ThreadedVad implements VadService {
 
   static async start(threads: number, opts: VadServiceOptions): Promise<ThreadedVad> {
     const vad = new ThreadedVad();
-    vad.waitMs = opts.batchWaitMs ?? 0;
-    vad.batchBytes = (opts.batchWindows ?? 64) * WINDOW_BYTES;
+    vad.waitMs = opts.batchWaitMs;
+    vad.batchBytes = opts.batchWindows * WINDOW_BYTES;
     const perThread = {
       ...opts,
       poolWarm: Math.ceil(opts.poolWarm / threads),

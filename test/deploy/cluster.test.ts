@@ -65,12 +65,10 @@ const SHORT_CLIP = 'librivox-austen-0880.wav';
 /** What the test changes in every instance's environment (timings that make it fast). */
 const TEST_ENV: Record<string, string> = {
   OUTBOUND_ALLOW: '127.0.0.1',
+  // Lapsed batch leases are looked for every 0.67 s.
   BATCH_LEASE_SECONDS: '2',
-  BATCH_SWEEP_INTERVAL_MS: '300',
+  // Connection leases renewed, and usage checkpointed, every third of it.
   REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
-  REALTIME_LEASE_RENEW_MS: '500',
-  // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
-  USAGE_CHECKPOINT_MS: '500',
   WEBHOOK_BASE_DELAY_SECONDS: '1',
   // This test is about the deployment, not decoding speed: on a shared machine whose cores are
   // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.

@@ -220,14 +220,12 @@ describe('draining before shutdown (SHUTDOWN_DRAIN_DELAY_MS)', () => {
 });
 
 describe('configuration bounds that keep the interface promises', () => {
-  it('refuses a key cache longer than 2 s, a session token longer than 60 s, and a pool of one connection', () => {
-    expect(() => loadConfig({ AUTH_CACHE_TTL_MS: '2001' })).to.throw(
-      ConfigError,
-      /AUTH_CACHE_TTL_MS .*between 0 and 2000/,
-    );
-    expect(() => loadConfig({ SESSION_TOKEN_TTL_SECONDS: '61' })).to.throw(ConfigError, /between 1 and 60/);
+  it('keeps the key cache within 2 s and session tokens at 60 s, and refuses a pool of one connection', () => {
+    // Internal tuning, not variables: an operator cannot break the revocation delay or the token lifetime.
+    const c = loadConfig({ AUTH_CACHE_TTL_MS: '5000', SESSION_TOKEN_TTL_SECONDS: '3600' });
+    expect(c.auth.keyCacheTtlMs).to.be.at.most(2000);
+    expect(c.auth.sessionTokenTtlSeconds).to.equal(60);
     expect(() => loadConfig({ DB_POOL_MAX: '1' })).to.throw(ConfigError, /DB_POOL_MAX/);
-    const ok = loadConfig({ AUTH_CACHE_TTL_MS: '2000', SESSION_TOKEN_TTL_SECONDS: '30', DB_POOL_MAX: '2' });
-    expect(ok.auth.keyCacheTtlMs).to.equal(2000);
+    expect(loadConfig({ DB_POOL_MAX: '2' }).dbPoolMax).to.equal(2);
   });
 });

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { fork, type ChildProcess } from 'node:child_process';
 import { Writable } from 'node:stream';
 import WebSocket from 'ws';
-import { loadConfig, type Config } from '../../shared/config/index.js';
+import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createDb, type Knex } from '../../shared/db/index.js';
 import { PlanCatalog } from '../../shared/plans.js';
@@ -97,6 +97,8 @@ export async function testVad(config: Config): Promise<VadService> {
 
 export async function createRealtimeContext(opts: {
   env?: Record<string, string>;
+  /** Internal tuning (named constants in shared/config), e.g. `{ realtime: { tickMs: 100 } }`. */
+  overrides?: ConfigOverrides;
   engine: SpeechEngine;
   redis?: boolean;
   testDb?: TestDatabase;
@@ -105,12 +107,15 @@ export async function createRealtimeContext(opts: {
   vad?: VadService;
 }): Promise<RealtimeTestContext> {
   const testDb = opts.testDb ?? (await createTestDatabase('stt_rt'));
-  const config = loadConfig({
-    GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
-    DATABASE_URL: testDb.url,
-    LOG_LEVEL: 'info',
-    ...opts.env,
-  });
+  const config = loadConfig(
+    {
+      GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+      DATABASE_URL: testDb.url,
+      LOG_LEVEL: 'info',
+      ...opts.env,
+    },
+    opts.overrides,
+  );
   const logs = new Sink();
   const logger = createLogger({ level: 'info' }, logs);
   const db = createDb(testDb.url, { poolMax: 4 });
@@ -360,7 +365,6 @@ export async function forkRealtime(
       REDIS_URL: TEST_REDIS_URL,
       REALTIME_PORT: '0',
       REALTIME_HOST: '127.0.0.1',
-      REALTIME_VAD_POOL_WARM: '0',
       MIGRATE_ON_START: 'false',
       GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
       STT_ENGINE: 'builtin',

@@ -5,7 +5,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { loadConfig, type Config } from '../../shared/config/index.js';
+import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
 import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
@@ -25,15 +25,18 @@ export interface SpeechTestApp {
 
 export async function startSpeechApp(
   env: Record<string, string> = {},
-  opts: { db?: TestDatabase } = {},
+  opts: { db?: TestDatabase; overrides?: ConfigOverrides } = {},
 ): Promise<SpeechTestApp> {
   const db = opts.db ?? (await createTestDatabase('stt_speech'));
-  const config = loadConfig({
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
-    DATA_DIR: 'test/.tmp/data',
-    ...env,
-    DATABASE_URL: db.url,
-  });
+  const config = loadConfig(
+    {
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      DATA_DIR: 'test/.tmp/data',
+      ...env,
+      DATABASE_URL: db.url,
+    },
+    opts.overrides,
+  );
   const logger = createLogger({ level: config.logLevel });
   const deps = createDeps(config, logger);
   const modules = (routeModules as object[]).includes(segment) ? routeModules : [...routeModules, segment];

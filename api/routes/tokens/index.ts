@@ -16,7 +16,7 @@ const tokenSchema = {
       type: 'integer',
       minimum: 1,
       maximum: 60,
-      description: 'Seconds: 60 (SESSION_TOKEN_TTL_SECONDS may only shorten it)',
+      description: 'Seconds: 60',
     },
     endpoint: { type: 'string', const: STREAM_PATH },
   },

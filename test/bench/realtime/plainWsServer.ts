@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer } from 'ws';
-import { loadConfig } from '../../../shared/config/index.js';
+import { loadConfig, type ConfigOverrides } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { windowUsage } from '../../../shared/usage.js';
 import { createVadService } from '../../../shared/vad/service.js';
@@ -19,7 +19,8 @@ import { realtimeCredential } from '../../../realtime/admission.js';
 import { RealtimeSession, newSessionId } from '../../../realtime/session.js';
 import { GatewayTimings } from '../../../realtime/timings.js';
 
-const config = loadConfig();
+// Internal tuning laid over the environment's settings, as tunedRealtime.ts does for realtime/main.ts.
+const config = loadConfig(process.env, JSON.parse(process.argv[2] ?? '{}') as ConfigOverrides);
 const logger = createLogger({ level: 'warn' });
 const deps = await createRealtimeDeps(config, logger);
 const rt = config.realtime;
