@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { batchRuntime, type BatchRuntime } from '../../api/batch/runtime.js';
+import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 
@@ -124,29 +124,17 @@ export const BATCH_TEST_ENV = {
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
 export async function createBatchTestApp(
   env: Record<string, string> = {},
-  opts: { start?: boolean; speech?: boolean } = {},
+  opts: { start?: boolean } = {},
 ): Promise<BatchTestApp> {
   const dataDir = tmpDir('batch-data-');
-  const t = await createTestApp({
-    ...BATCH_TEST_ENV,
-    DATA_DIR: dataDir,
-    WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
-    ...env,
-  });
   const engineCalls: BatchTestApp['engineCalls'] = [];
   const hooks: RunnerHooks = { onEngineCall: (workflowId, chunk) => engineCalls.push({ workflowId, chunk }) };
-  const depsWithHooks = t.deps as typeof t.deps & { hooks?: RunnerHooks };
-  depsWithHooks.hooks = hooks;
-  const runtime = batchRuntime(t.deps);
-  if (opts.start) {
-    if (opts.speech !== false && !t.deps.speech) {
-      const { createSpeechEngine } = await import('../../shared/stt/index.js');
-      const engine = createSpeechEngine(t.config, t.deps.logger);
-      await engine.ready();
-      t.deps.speech = engine;
-    }
-    await runtime.start({ workers: true });
-  }
+  const t = await createTestApp(
+    { ...BATCH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...env },
+    { deps: { hooks } },
+  );
+  const runtime = t.deps.batch;
+  if (opts.start) await runtime.start({ workers: true });
   const close = t.close;
   return {
     ...t,
@@ -154,7 +142,6 @@ export async function createBatchTestApp(
     dataDir,
     engineCalls,
     async close() {
-      await runtime.stop();
       await close();
       fs.rmSync(dataDir, { recursive: true, force: true });
     },

@@ -8,7 +8,7 @@ import type Koa from 'koa';
 import { loadConfig, type Config } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
-import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
+import { type AppDeps, closeDeps, createDeps, type DepsOptions } from '../../api/deps.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-' + randomBytes(8).toString('hex');
@@ -36,9 +36,14 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
+/**
+ * Builds the app through the API's composition root (api/deps.ts), as the
+ * process does; `opts.deps` passes the root's test options (artifact store,
+ * runner hooks, extra readiness checks).
+ */
 export async function createTestApp(
   env: Record<string, string | undefined> = {},
-  opts: { db?: TestDatabase } = {},
+  opts: { db?: TestDatabase; deps?: DepsOptions } = {},
 ): Promise<TestApp> {
   const db = opts.db ?? (await createTestDatabase());
   const config = loadConfig({
@@ -51,7 +56,7 @@ export async function createTestApp(
   });
   const logs = new LogCapture();
   const logger = createLogger({ level: config.logLevel }, logs);
-  const deps = createDeps(config, logger);
+  const deps = createDeps(config, logger, opts.deps);
   const app = createApp(deps);
   return {
     app,
