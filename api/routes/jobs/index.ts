@@ -17,7 +17,7 @@ import { tooManyRequests } from '../../openapi/schemas.js';
 import { jobRequestSchema, WORKFLOW_ID_PATTERN, WORKFLOW_ID_RE } from '../../batch/schemas.js';
 import type { JobRequest } from '../../batch/types.js';
 import { metadataProblem } from '../../batch/metadata.js';
-import { normalizeLanguage } from '../../../shared/stt/language.js';
+import { supportedLanguage } from '../../../shared/transcribe/upload.js';
 
 export const JOBS_PATH = '/v1/audio/transcriptions/jobs';
 
@@ -45,15 +45,7 @@ export function submitHandler(deps: AppDeps): Middleware {
       }
     }
     // A language the engine cannot serve would only fail later, chunk by chunk.
-    const language = normalizeLanguage(body.language);
-    const supported = deps.speech.languages();
-    if (language && !supported.includes('*') && !supported.includes(language)) {
-      throw new ApiError(
-        400,
-        'unsupported_language',
-        `Language "${body.language}" is not supported (supported: ${supported.join(', ')}).`,
-      );
-    }
+    supportedLanguage(deps.speech.languages(), body.language);
     const accepted = await runtime.submit(ctx.state.principal, body);
     ctx.state.log?.info(
       { workflowId: accepted.workflow_id, requestId: accepted.request_id },

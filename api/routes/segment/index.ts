@@ -20,19 +20,8 @@ import { chain, type Route } from '../../http/routes.js';
 import { compile, describeAjvError } from '../../http/validate.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
-import {
-  AudioDecodeError,
-  AudioTooLongError,
-  decodeAudio,
-  pcmDurationSeconds,
-} from '../../../shared/audio/index.js';
-import { isMultipart, parseAudioUpload, UploadError } from '../../../shared/audio/upload.js';
-import {
-  normalizeLanguage,
-  renderTranscript,
-  RESPONSE_FORMATS,
-  SpeechError,
-} from '../../../shared/stt/index.js';
+import { renderTranscript } from '../../../shared/stt/index.js';
+import { invalidResponseFormat, transcribeUpload } from '../../../shared/transcribe/upload.js';
 import { windowUsage } from '../../../shared/usage.js';
 import {
   segmentFieldsSchema,
@@ -51,13 +40,7 @@ function formFields(raw: Record<string, string>): SegmentFields {
   const validate = compile(segmentFieldsSchema);
   if (validate(fields)) return fields as SegmentFields;
   const e = validate.errors?.[0];
-  if (e?.instancePath === '/response_format') {
-    throw new ApiError(
-      400,
-      'invalid_response_format',
-      `response_format must be one of ${RESPONSE_FORMATS.join(', ')}.`,
-    );
-  }
+  if (e?.instancePath === '/response_format') throw invalidResponseFormat();
   throw new ApiError(400, 'invalid_request', describeAjvError(e, 'form'));
 }
 
@@ -65,128 +48,52 @@ function isJsonBody(ctx: Context): boolean {
   return Boolean(ctx.request.is('application/json', '+json'));
 }
 
-function speechFailure(err: SpeechError): ApiError {
-  switch (err.code) {
-    case 'unsupported_language':
-    case 'unknown_worker':
-      return new ApiError(400, err.code, err.message);
-    case 'aborted':
-      // The client went away; nobody reads this answer, the log line records it (nginx's 499).
-      return new ApiError(499, 'client_closed_request', err.message);
-    case 'engine_overloaded':
-      return new ApiError(503, err.code, err.message, { retryable: true, headers: { 'Retry-After': '2' } });
-    default:
-      // Interface 7.2: all worker attempts failed.
-      return new ApiError(502, 'transcription_failed', `Transcription failed: ${err.message}`, {
-        retryable: true,
-        type: 'invalid_request_error',
-      });
-  }
-}
-
-/** The segment transcription itself (after auth and rate limit). */
+/** The segment transcription itself (after auth and rate limit): the shared upload use case, then billing. */
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
   return async (ctx) => {
-    if (!isMultipart(ctx)) {
-      throw new ApiError(
-        400,
-        'invalid_content_type',
-        'The request body must be multipart/form-data with a "file" field.',
-      );
-    }
-    if (!deps.ledger.accepting) {
-      // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
-      throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
-        retryable: true,
-        headers: { 'Retry-After': '30' },
-      });
-    }
     const principal = ctx.state.principal as Principal;
-    const engine = deps.speech;
-    // The window's usage so far does not depend on this clip: ask while the upload is read and decoded.
-    const usedSoFar = windowUsage(deps.db, principal.keyId, deps.config.usageWindowSeconds);
-    usedSoFar.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection first
-
-    let upload;
-    try {
-      upload = await parseAudioUpload(ctx, cfg.segment.maxUploadBytes);
-    } catch (err) {
-      if (err instanceof UploadError) throw new ApiError(err.status, err.code, err.message);
-      throw err;
-    }
-    if (!upload.file) throw new ApiError(400, 'missing_file', 'The multipart field "file" is required.');
-    const fields = formFields(upload.fields);
-    const format = fields.response_format;
-    // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
-    const stream = wantsStream(fields.stream);
-    const language = normalizeLanguage(fields.language);
-    const supported = engine.languages();
-    if (language && !supported.includes('*') && !supported.includes(language)) {
-      throw new ApiError(
-        400,
-        'unsupported_language',
-        `Language "${fields.language}" is not supported (supported: ${supported.join(', ')}).`,
-      );
-    }
-    const workerId = fields.worker_id;
-
-    const aborter = new AbortController();
-    ctx.res.once('close', () => !ctx.res.writableFinished && aborter.abort());
+    let usedSoFar: Promise<number> | undefined;
     const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
-    let pcm: Buffer;
-    try {
-      pcm = await decodeAudio(upload.file.data, {
-        ffmpegPath: cfg.audio.ffmpegPath,
-        timeoutMs: cfg.audio.decodeTimeoutMs,
-        maxSeconds,
-        signal: aborter.signal,
-      });
-    } catch (err) {
-      if (err instanceof AudioTooLongError) {
-        throw new ApiError(
-          400,
-          'audio_too_long',
-          `The clip is longer than the ${maxSeconds} s your plan allows per request.`,
-        );
-      }
-      if (err instanceof AudioDecodeError) {
-        if (err.code === 'invalid_audio') throw new ApiError(400, 'invalid_audio', err.message);
-        throw new ApiError(503, 'decoder_unavailable', err.message, { retryable: true });
-      }
-      throw err;
-    }
-    const seconds = pcmDurationSeconds(pcm);
-
-    // The plan's rolling audio budget covers segment uploads too.
-    const windowLimit = principal.limits.maxAudioSecondsPerWindow;
-    const used = await usedSoFar;
-    if (used + seconds > windowLimit) {
-      throw new ApiError(
-        429,
-        'audio_quota_exhausted',
-        `The audio budget of ${windowLimit} s per window is exhausted.`,
-        {
-          retryable: true,
-          headers: { 'Retry-After': '60' },
-        },
-      );
-    }
-
-    let result;
-    try {
-      result = await engine.transcribe({
-        pcm,
-        language,
-        prompt: fields.prompt,
-        model: fields.model,
-        workerId,
-        signal: aborter.signal,
-      });
-    } catch (err) {
-      if (err instanceof SpeechError) throw speechFailure(err);
-      throw err;
-    }
+    const { fields, seconds, result } = await transcribeUpload(ctx, {
+      engine: deps.speech,
+      maxUploadBytes: cfg.segment.maxUploadBytes,
+      audio: cfg.audio,
+      maxSeconds,
+      tooLong: `The clip is longer than the ${maxSeconds} s your plan allows per request.`,
+      failure: 'gateway',
+      accepted: () => {
+        if (!deps.ledger.accepting) {
+          // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
+          throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+            retryable: true,
+            headers: { 'Retry-After': '30' },
+          });
+        }
+        // The window's usage so far does not depend on this clip: ask while the upload is read and decoded.
+        usedSoFar = windowUsage(deps.db, principal.keyId, deps.config.usageWindowSeconds);
+        usedSoFar.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection first
+      },
+      fields: (raw) => {
+        const form = formFields(raw);
+        // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
+        const stream = wantsStream(form.stream);
+        return { ...form, stream, workerId: form.worker_id };
+      },
+      decoded: async (clipSeconds) => {
+        // The plan's rolling audio budget covers segment uploads too.
+        const windowLimit = principal.limits.maxAudioSecondsPerWindow;
+        const used = await usedSoFar!;
+        if (used + clipSeconds > windowLimit) {
+          throw new ApiError(
+            429,
+            'audio_quota_exhausted',
+            `The audio budget of ${windowLimit} s per window is exhausted.`,
+            { retryable: true, headers: { 'Retry-After': '60' } },
+          );
+        }
+      },
+    });
 
     // Every transcribed clip is billed, silent or empty ones included. The
     // reference is generated here: a client-chosen X-Request-Id must not
@@ -201,8 +108,11 @@ export function segmentHandler(deps: AppDeps): Middleware {
     ctx.set('X-Worker-Id', result.workerId);
     ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
     ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
-    if (stream) return sendTranscriptStream(ctx, result);
-    const rendered = renderTranscript({ ...result, duration: Math.round(seconds * 1000) / 1000 }, format);
+    if (fields.stream) return sendTranscriptStream(ctx, result);
+    const rendered = renderTranscript(
+      { ...result, duration: Math.round(seconds * 1000) / 1000 },
+      fields.response_format,
+    );
     ctx.type = rendered.contentType;
     ctx.body = rendered.body;
   };
