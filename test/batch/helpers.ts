@@ -106,6 +106,8 @@ export interface BatchTestApp extends TestApp {
   runtime: BatchRuntime;
   dataDir: string;
   engineCalls: { workflowId: string; chunk: number }[];
+  /** The runner hooks given to the composition root (tests may set more of them). */
+  hooks: RunnerHooks;
 }
 
 export const BATCH_TEST_ENV = {
@@ -141,6 +143,7 @@ export async function createBatchTestApp(
     runtime,
     dataDir,
     engineCalls,
+    hooks,
     async close() {
       await close();
       fs.rmSync(dataDir, { recursive: true, force: true });
