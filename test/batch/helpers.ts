@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { batchRuntime, type BatchRuntime } from '../../api/batch/runtime.js';
+import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import type { ConfigOverrides } from '../../shared/config/index.js';
@@ -107,6 +107,8 @@ export interface BatchTestApp extends TestApp {
   runtime: BatchRuntime;
   dataDir: string;
   engineCalls: { workflowId: string; chunk: number }[];
+  /** The runner hooks given to the composition root (tests may set more of them). */
+  hooks: RunnerHooks;
 }
 
 export const BATCH_TEST_ENV = {
@@ -127,41 +129,26 @@ export const BATCH_TEST_OVERRIDES = { batch: { sweepIntervalMs: 500 } } satisfie
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
 export async function createBatchTestApp(
   env: Record<string, string> = {},
-  opts: { start?: boolean; speech?: boolean; overrides?: ConfigOverrides } = {},
+  opts: { start?: boolean; overrides?: ConfigOverrides } = {},
 ): Promise<BatchTestApp> {
   const dataDir = tmpDir('batch-data-');
   const { batch, ...rest } = opts.overrides ?? {};
-  const t = await createTestApp(
-    {
-      ...BATCH_TEST_ENV,
-      DATA_DIR: dataDir,
-      WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
-      ...env,
-    },
-    { overrides: { ...rest, batch: { ...BATCH_TEST_OVERRIDES.batch, ...batch } } },
-  );
   const engineCalls: BatchTestApp['engineCalls'] = [];
   const hooks: RunnerHooks = { onEngineCall: (workflowId, chunk) => engineCalls.push({ workflowId, chunk }) };
-  const depsWithHooks = t.deps as typeof t.deps & { hooks?: RunnerHooks };
-  depsWithHooks.hooks = hooks;
-  const runtime = batchRuntime(t.deps);
-  if (opts.start) {
-    if (opts.speech !== false && !t.deps.speech) {
-      const { createSpeechEngine } = await import('../../shared/stt/index.js');
-      const engine = createSpeechEngine(t.config, t.deps.logger);
-      await engine.ready();
-      t.deps.speech = engine;
-    }
-    await runtime.start({ workers: true });
-  }
+  const t = await createTestApp(
+    { ...BATCH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...env },
+    { overrides: { ...rest, batch: { ...BATCH_TEST_OVERRIDES.batch, ...batch } }, deps: { hooks } },
+  );
+  const runtime = t.deps.batch;
+  if (opts.start) await runtime.start({ workers: true });
   const close = t.close;
   return {
     ...t,
     runtime,
     dataDir,
     engineCalls,
+    hooks,
     async close() {
-      await runtime.stop();
       await close();
       fs.rmSync(dataDir, { recursive: true, force: true });
     },

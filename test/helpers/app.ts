@@ -8,7 +8,7 @@ import type Koa from 'koa';
 import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
-import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
+import { type AppDeps, closeDeps, createDeps, type DepsOptions } from '../../api/deps.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-' + randomBytes(8).toString('hex');
@@ -37,12 +37,15 @@ export interface TestApp {
 }
 
 /**
- * `env` is what an operator sets; `opts.overrides` changes internal tuning
- * (named constants in shared/config), e.g. `{ auth: { keyCacheTtlMs: 0 } }`.
+ * Builds the app through the API's composition root (api/deps.ts), as the
+ * process does. `env` is what an operator sets; `opts.overrides` changes
+ * internal tuning (named constants in shared/config), e.g.
+ * `{ auth: { keyCacheTtlMs: 0 } }`; `opts.deps` passes the root's test options
+ * (artifact store, runner hooks, extra readiness checks).
  */
 export async function createTestApp(
   env: Record<string, string | undefined> = {},
-  opts: { db?: TestDatabase; overrides?: ConfigOverrides } = {},
+  opts: { db?: TestDatabase; overrides?: ConfigOverrides; deps?: DepsOptions } = {},
 ): Promise<TestApp> {
   const db = opts.db ?? (await createTestDatabase());
   const config = loadConfig(
@@ -58,7 +61,7 @@ export async function createTestApp(
   );
   const logs = new LogCapture();
   const logger = createLogger({ level: config.logLevel }, logs);
-  const deps = createDeps(config, logger);
+  const deps = createDeps(config, logger, opts.deps);
   const app = createApp(deps);
   return {
     app,

@@ -150,31 +150,34 @@ describe('public endpoints, docs and request handling', () => {
 
 describe('graceful shutdown', () => {
   it('stops accepting, lets a request in flight finish, then closes pools', async () => {
-    const t = await createTestApp();
+    // A readiness check that takes a while once armed: a request in flight when the stop begins.
+    let armed = false;
+    let delayed = false;
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    const slow = {
+      name: 'slow',
+      check: () => {
+        if (!armed) return Promise.resolve(true);
+        entered();
+        return new Promise<boolean>((r) => setTimeout(() => ((delayed = true), r(true)), 300));
+      },
+    };
+    const t = await createTestApp({}, { deps: { readiness: [slow] } });
     const config = {
       ...t.config,
       http: { ...t.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 5000 },
     };
     const api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
     await waitReady(api.server);
-    // A handler that takes a while, registered like any route module would be.
-    let delayed = false;
-    let entered!: () => void;
-    const inHandler = new Promise<void>((r) => (entered = r));
-    t.deps.readiness.push({
-      name: 'slow',
-      check: () => {
-        entered();
-        return new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300));
-      },
-    });
-    const slow = http.get(`http://127.0.0.1:${api.port}/readyz`);
+    armed = true;
+    const req = http.get(`http://127.0.0.1:${api.port}/readyz`);
     const response = new Promise<number>((resolve, reject) => {
-      slow.on('response', (res) => {
+      req.on('response', (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode!));
       });
-      slow.on('error', reject);
+      req.on('error', reject);
     });
     await inHandler; // the request is being handled when the stop begins
     const stopped = api.stop();

@@ -1,5 +1,5 @@
 /**
- * A real API instance with the segment route for the speech tests: its own
+ * A real API instance (the full app, segment route included) for the speech tests: its own
  * migrated database (test/helpers/db.ts), the full app, listening on a
  * loopback port so the official openai SDK can reach it.
  */
@@ -9,8 +9,6 @@ import { loadConfig, type Config, type ConfigOverrides } from '../../shared/conf
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
 import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
-import { routeModules } from '../../api/routes/index.js';
-import * as segment from '../../api/routes/segment/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 export interface SpeechTestApp {
@@ -39,8 +37,7 @@ export async function startSpeechApp(
   );
   const logger = createLogger({ level: config.logLevel });
   const deps = createDeps(config, logger);
-  const modules = (routeModules as object[]).includes(segment) ? routeModules : [...routeModules, segment];
-  const app = createApp(deps, modules);
+  const app = createApp(deps);
   const server = http.createServer(app.callback());
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
