@@ -242,12 +242,14 @@ describe('authentication when the key store is unreachable', () => {
         .expect(500);
       expect(adm.body).to.deep.include({ ok: false });
       expect(adm.body.error).to.include({ code: 'store_unavailable', retryable: true });
+      expect(adm.headers['retry-after'], 'a dependency failure says when to retry').to.equal('5');
       for (const req of [
         request(down.server).post('/v1/external-transcription/keys').send({}),
         request(down.server).delete('/v1/external-transcription/keys/key_0123456789abcdef01234567'),
       ]) {
         const r = await req.set('Authorization', `Bearer ${down.config.auth.adminToken}`).expect(500);
         expect(r.body.error).to.include({ code: 'store_unavailable', retryable: true });
+        expect(r.headers['retry-after']).to.equal('5');
       }
       const ready = await request(down.server).get('/readyz').expect(503);
       expect(ready.body.ok).to.equal(false);

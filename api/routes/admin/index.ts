@@ -8,6 +8,7 @@ import type { KeyRow } from '../../../shared/auth/index.js';
 import { requireAdmin } from '../../http/auth.js';
 import { jsonBody } from '../../http/body.js';
 import { ApiError, isDataException, isStoreUnavailable, usePlane } from '../../http/errors.js';
+import { DEPENDENCY_RETRY_AFTER_SECONDS } from '../../../shared/config/platform.js';
 import type { OperationDoc, Route } from '../../http/routes.js';
 import { check, compile, validateQuery } from '../../http/validate.js';
 import { pathParam } from '../../openapi/registry.js';
@@ -23,9 +24,11 @@ import {
 
 export const ADMIN_PREFIX = '/v1/external-transcription';
 
+/** 500 as the interface fixes for the admin plane, with the Retry-After every dependency failure carries. */
 const storeUnavailable = () =>
   new ApiError(500, 'store_unavailable', 'The key store is unavailable; try again shortly.', {
     retryable: true,
+    headers: { 'Retry-After': String(DEPENDENCY_RETRY_AFTER_SECONDS) },
   });
 
 function ok(ctx: Context, data: unknown, status = 200): void {
