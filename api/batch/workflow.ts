@@ -26,7 +26,9 @@ import { decodeToPcmFile, fetchAudio, readRange } from './audio.js';
 import { LeaseLostError, PermanentError, ShutdownError, withoutPaths } from './errors.js';
 import * as metrics from './metrics.js';
 import { WorkflowRepo, type WorkflowRow } from './repo.js';
-import { annotateChunkOfflineAsync, correctOffline, RemoteReviewer, type ChunkReview } from './review.js';
+import { RemoteReviewer } from './review/llm.js';
+import { annotateChunkOfflineAsync, correctOffline } from './review/offline.js';
+import type { ChunkReview } from './review/types.js';
 import {
   energyEnvelope,
   energyEnvelopeOfFile,
