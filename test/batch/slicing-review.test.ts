@@ -14,7 +14,8 @@ import {
 import { RemoteReviewer } from '../../api/batch/review/llm.js';
 import { annotateChunkOffline, correctOffline } from '../../api/batch/review/offline.js';
 import { levenshtein, phoneticKey } from '../../api/batch/review/text.js';
-import { aggregate, Semaphore } from '../../api/batch/workflow.js';
+import { Semaphore } from '../../api/batch/run/semaphore.js';
+import { aggregate } from '../../api/batch/steps/aggregate.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';
 import { buildRecording, tmpDir } from './helpers.js';
