@@ -20,6 +20,7 @@ import { report } from './steps/report.js';
 import { review } from './steps/review.js';
 import { planHolds, slice } from './steps/slice.js';
 import { transcribeChunks } from './steps/transcribe.js';
+import type { ChunkCheckpoint } from './types.js';
 
 export async function runSteps(ctx: RunContext, reviewer: RemoteReviewer): Promise<void> {
   const { d, row, params: p, store, keys, workDir } = ctx;
@@ -30,7 +31,9 @@ export async function runSteps(ctx: RunContext, reviewer: RemoteReviewer): Promi
 
   // ---- probe: if every chunk of a saved plan is checkpointed, the audio need not be fetched again ----
   let checkpoints =
-    plan && probed ? await loadCheckpoints(store, keys, probed.audio_sha256, plan.slices) : new Map();
+    plan && probed
+      ? await loadCheckpoints(store, keys, probed.audio_sha256, plan.slices)
+      : new Map<number, ChunkCheckpoint>();
   const needAudio = !plan || !probed || checkpoints.size < plan.slices.length;
   let pcmFile: string | undefined;
   if (needAudio) {
