@@ -29,6 +29,9 @@ import type { RunContext, RunnerDeps } from './run/context.js';
 import { keepLease } from './run/lease.js';
 import { STEPS } from './steps/order.js';
 
+/** The runner's dependencies and hooks (defined beside the steps that use them). */
+export type { RunnerDeps, RunnerHooks } from './run/context.js';
+
 export class WorkflowRunner {
   readonly runnerId = `${process.pid}-${randomBytes(4).toString('hex')}`;
   private readonly reviewer: RemoteReviewer;

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { batchRuntime, type BatchRuntime } from '../../api/batch/runtime.js';
-import type { RunnerHooks } from '../../api/batch/run/context.js';
+import type { RunnerHooks } from '../../api/batch/workflow.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { annotateChunkOffline } from '../../api/batch/review/offline.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
-import type { RunnerHooks } from '../../api/batch/run/context.js';
+import type { RunnerHooks } from '../../api/batch/workflow.js';
 import {
   buildRecording,
   createBatchTestApp,
