@@ -12,14 +12,15 @@
  */
 import { round3 as round } from '../numbers.js';
 import type { BatchResult, ChunkCheckpoint, ResultSegment } from '../types.js';
-import { nearMiss, prepareTerms, REVIEW_MAX_TERMS_DEFAULT, type TimedWord } from './terms.js';
+import { REVIEW_MAX_TERMS } from '../../../shared/config/batch.js';
+import { nearMiss, prepareTerms, type TimedWord } from './terms.js';
 import { norm } from './text.js';
 import type { ChangeEntry, ChunkReview, ReviewIssue } from './types.js';
 
 // ---------- stage one: annotate ----------
 
 export interface AnnotateOptions {
-  /** Most terms taken from the metadata (BATCH_REVIEW_MAX_TERMS). */
+  /** Most terms taken from the metadata (REVIEW_MAX_TERMS in shared/config/batch.ts). */
   maxTerms?: number;
 }
 
@@ -66,7 +67,7 @@ function* annotateSteps(
   lowConfidence: number,
   opts: AnnotateOptions,
 ): Generator<void, ChunkReview> {
-  const index = prepareTerms(metadata, opts.maxTerms ?? REVIEW_MAX_TERMS_DEFAULT);
+  const index = prepareTerms(metadata, opts.maxTerms ?? REVIEW_MAX_TERMS);
   const words: TimedWord[] = chunk.words.map((w) => ({
     ...w,
     start: chunk.start + w.start,

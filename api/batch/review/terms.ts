@@ -6,11 +6,6 @@
  */
 import { boundedLevenshtein, norm, phoneticKey } from './text.js';
 
-/**
- * Most distinct terms the offline reviewer takes from `metadata` (the API
- * refuses a job whose metadata holds more: BATCH_REVIEW_MAX_TERMS).
- */
-export const REVIEW_MAX_TERMS_DEFAULT = 1000;
 /** Longest term (characters); longer strings in `metadata` are not terms. */
 export const REVIEW_MAX_TERM_LENGTH = 60;
 /** Levels of `metadata` the reviewer looks into. */

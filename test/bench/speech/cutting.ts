@@ -21,6 +21,7 @@ import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/d
 import { DEFAULT_CMN, initialCmn, type CmnEstimate } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Segmenter } from '../../../shared/vad/segmenter.js';
 import { SileroPool } from '../../../shared/vad/silero.js';
+import { pushThrough } from '../../../shared/vad/rounds.js';
 import { energyEnvelope, splitUtterances } from '../../../api/batch/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { fmt } from './common.js';
@@ -36,7 +37,7 @@ const opts = {
   extraArgs: b.extraArgs,
 };
 const v = config.realtime.vad;
-const pool = new SileroPool({ modelPath: v.modelPath, warm: 1, max: 4 });
+const pool = await SileroPool.load({ modelPath: v.modelPath, warm: 1, max: 4 });
 const silence = (ms: number) => Buffer.alloc(Math.round(ms * 32));
 const i16 = (buf: Buffer) => new Int16Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.length));
 const text = (ws: { word: string }[]) => ws.map((w) => w.word).join(' ');
@@ -59,14 +60,14 @@ function streamed(dec: Decoder, pcm: Buffer, cmn?: CmnEstimate): string {
 }
 
 /** [start, end) byte ranges of the realtime segmenter's utterances in `stream`. */
-function realtimeCuts(stream: Buffer): [number, number][] {
+async function realtimeCuts(stream: Buffer): Promise<[number, number][]> {
   const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, {
     gateDbfs: v.gateDbfs,
     releaseAfterMs: v.releaseAfterMs,
     holdDb: v.holdDb,
     maxSkip: v.maxSkip,
   });
-  const evs = [...seg.push(stream), ...seg.flush()];
+  const evs = [...(await pushThrough(seg, pool, stream)), ...seg.flush()];
   seg.close();
   const out: [number, number][] = [];
   for (const e of evs)
@@ -167,7 +168,7 @@ const cutsInfo: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);
   const stream = Buffer.concat([silence(300), pcm, silence(900)]);
-  const x: Input = { pcm, stream, cuts: realtimeCuts(stream), batch: batchCuts(pcm) };
+  const x: Input = { pcm, stream, cuts: await realtimeCuts(stream), batch: batchCuts(pcm) };
   cutsInfo.push(`${c.file}: realtime ${x.cuts.length} utterances, batch ${x.batch.length}`);
   for (const r of rows) r.texts.push(r.run(x));
 }
