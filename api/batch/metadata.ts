@@ -5,7 +5,7 @@
  * Each refusal names the limit (decisions: Batch input limits).
  */
 import type { MetadataLimits } from '../../shared/config/batch.js';
-import { REVIEW_MAX_TERM_LENGTH, termsFromMetadata } from './review.js';
+import { REVIEW_MAX_TERM_LENGTH, termsFromMetadata } from './review/terms.js';
 
 /** Why `metadata` is refused, or undefined when it is within the limits. */
 export function metadataProblem(

@@ -1,6 +1,7 @@
 /** Postgres access for batch workflows (the poll response is presented in poll.ts). */
 import type { Knex } from 'knex';
 import type { PollView } from './poll.js';
+import { STEPS, type StepRef } from './steps/order.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
 export interface WorkflowRow {
@@ -137,7 +138,7 @@ export class WorkflowRepo {
     return n > 0;
   }
 
-  async stepStart(id: string, name: string, seq: number): Promise<void> {
+  async stepStart(id: string, { name, seq }: StepRef): Promise<void> {
     await this.db.raw(
       `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, attempts)
        VALUES (?, ?, ?, 'running', now(), 1)
@@ -147,7 +148,7 @@ export class WorkflowRepo {
     );
   }
 
-  async stepSet(id: string, name: string, seq: number, status: StepStatus, error?: string): Promise<void> {
+  async stepSet(id: string, { name, seq }: StepRef, status: StepStatus, error?: string): Promise<void> {
     const ended = status === 'complete' || status === 'errored' || status === 'skipped';
     await this.db.raw(
       `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts, error)
@@ -159,7 +160,7 @@ export class WorkflowRepo {
   }
 
   /** A step satisfied by earlier work (a checkpoint): shown complete with no attempt, an earlier row is kept as it is. */
-  async stepReused(id: string, name: string, seq: number): Promise<void> {
+  async stepReused(id: string, { name, seq }: StepRef): Promise<void> {
     await this.db.raw(
       `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts)
        VALUES (?, ?, ?, 'complete', now(), now(), 0)
@@ -205,7 +206,7 @@ export class WorkflowRepo {
     const { rows } = await this.db.raw(
       `SELECT w.id, COALESCE(last.attempt, 0) + 1 AS attempt
          FROM batch_workflows w
-         JOIN batch_steps s ON s.workflow_id = w.id AND s.name = 'webhook' AND s.status = 'waiting'
+         JOIN batch_steps s ON s.workflow_id = w.id AND s.name = ? AND s.status = 'waiting'
          LEFT JOIN LATERAL (
            SELECT d.attempt, d.outcome, d.next_attempt_at FROM batch_webhook_deliveries d
             WHERE d.workflow_id = w.id ORDER BY d.attempt DESC LIMIT 1
@@ -217,7 +218,7 @@ export class WorkflowRepo {
           )
         ORDER BY w.ended_at
         LIMIT ?`,
-      [graceSeconds, graceSeconds, limit],
+      [STEPS.webhook.name, graceSeconds, graceSeconds, limit],
     );
     return (rows as { id: string; attempt: string | number }[]).map((r) => ({
       id: r.id,

@@ -25,7 +25,8 @@ import { PollReader, type PollResponse } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
-import { type RunnerHooks, Semaphore, WorkflowRunner } from './workflow.js';
+import { Semaphore } from './run/semaphore.js';
+import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
 export const WORKFLOW_QUEUE = 'batch-workflow';

@@ -16,7 +16,8 @@ import type { BatchConfig, WebhookConfig } from '../../shared/config/batch.js';
 import { OutboundClient, OutboundError } from '../../shared/net/index.js';
 import { type ArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import type { WorkflowRepo } from './repo.js';
-import { artifactPrefix } from './workflow.js';
+import { artifactKeys } from './artifacts.js';
+import { STEPS } from './steps/order.js';
 
 export interface WebhookPayload {
   type: 'transcription.completed' | 'transcription.failed';
@@ -97,13 +98,10 @@ export class WebhookDeliverer {
     const row = await this.d.repo.get(workflowId);
     if (!row?.params.webhook_url) return null;
     const store = tenantStore(this.d.store, row.owner_id);
-    const prefix = artifactPrefix(row.request_id);
+    const keys = artifactKeys(row.request_id);
     const complete = row.status === 'complete';
-    const reviewed =
-      complete && row.params.review ? await store.getJson(`${prefix}reviewed_result.json`) : null;
-    const result = complete
-      ? ((row.output.result as unknown) ?? (await store.getJson(`${prefix}result.json`)))
-      : null;
+    const reviewed = complete && row.params.review ? await store.getJson(keys.reviewedResult) : null;
+    const result = complete ? ((row.output.result as unknown) ?? (await store.getJson(keys.result))) : null;
     const payload: WebhookPayload = {
       type: complete ? 'transcription.completed' : 'transcription.failed',
       timestamp: (row.ended_at ?? new Date()).toISOString(),
@@ -115,8 +113,8 @@ export class WebhookDeliverer {
         reviewed_result: reviewed,
         error: row.error,
         artifacts: {
-          result: complete ? `${prefix}result.json` : null,
-          reviewed_result: reviewed ? `${prefix}reviewed_result.json` : null,
+          result: complete ? keys.result : null,
+          reviewed_result: reviewed ? keys.reviewedResult : null,
         },
       },
     };
@@ -137,7 +135,7 @@ export class WebhookDeliverer {
     let status: number | null = null;
     let error: string | null = null;
     let permanent = false;
-    await repo.stepStart(job.workflowId, 'webhook', 10_000);
+    await repo.stepStart(job.workflowId, STEPS.webhook);
     try {
       const res = await this.d.outbound.request(p.url, {
         method: 'POST',
@@ -165,18 +163,12 @@ export class WebhookDeliverer {
     };
     if (status !== null && status >= 200 && status < 300) {
       await repo.recordDelivery({ ...base, outcome: 'delivered', next_attempt_at: null });
-      await repo.stepSet(job.workflowId, 'webhook', 10_000, 'complete');
+      await repo.stepSet(job.workflowId, STEPS.webhook, 'complete');
       return 'delivered';
     }
     if (status === 410) {
       await repo.recordDelivery({ ...base, outcome: 'gone', next_attempt_at: null });
-      await repo.stepSet(
-        job.workflowId,
-        'webhook',
-        10_000,
-        'errored',
-        'receiver answered 410 Gone; not retried',
-      );
+      await repo.stepSet(job.workflowId, STEPS.webhook, 'errored', 'receiver answered 410 Gone; not retried');
       return 'gone';
     }
     error ??= `receiver answered HTTP ${status}`;
@@ -184,8 +176,7 @@ export class WebhookDeliverer {
       await repo.recordDelivery({ ...base, error, outcome: 'abandoned', next_attempt_at: null });
       await repo.stepSet(
         job.workflowId,
-        'webhook',
-        10_000,
+        STEPS.webhook,
         'errored',
         `gave up after ${job.attempt} attempt(s): ${error}`,
       );
@@ -198,7 +189,7 @@ export class WebhookDeliverer {
       outcome: 'failed',
       next_attempt_at: new Date(Date.now() + delay * 1000),
     });
-    await repo.stepSet(job.workflowId, 'webhook', 10_000, 'waiting', error);
+    await repo.stepSet(job.workflowId, STEPS.webhook, 'waiting', error);
     logger.info(
       { workflowId: job.workflowId, attempt: job.attempt, delay, error },
       'webhook attempt failed; retry scheduled',

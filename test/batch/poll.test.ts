@@ -8,6 +8,7 @@
 import { expect } from 'chai';
 import request from 'supertest';
 import { createBatchTestApp, issueKey, type BatchTestApp } from './helpers.js';
+import { chunkStep, STEPS } from '../../api/batch/steps/order.js';
 
 describe('batch: polls', function () {
   this.timeout(30_000);
@@ -42,12 +43,11 @@ describe('batch: polls', function () {
     // Chunks written from many connections at once: the last render must see them all.
     const names = Array.from({ length: 24 }, (_, i) => `transcribe_chunk_${i}`);
     await Promise.all(
-      names.map(async (name, i) => {
-        await repo.stepStart(id, name, 100 + i);
+      names.map(async (_, i) => {
+        await repo.stepStart(id, chunkStep(i));
         await repo.stepSet(
           id,
-          name,
-          100 + i,
+          chunkStep(i),
           i % 5 === 0 ? 'waiting' : 'complete',
           i % 5 === 0 ? 'busy' : undefined,
         );
@@ -101,7 +101,7 @@ describe('batch: polls', function () {
     });
 
     // A step written after completion (the webhook) shows too.
-    await repo.stepSet(id, 'webhook', 10_000, 'waiting');
+    await repo.stepSet(id, STEPS.webhook, 'waiting');
     const after = await poll(keyA, id, `/v1/audio/transcriptions/${id}`);
     expect(after.body.steps.at(-1)).to.include({ name: 'webhook', status: 'waiting' });
     expect(after.body.output.result.text).to.equal('hello');

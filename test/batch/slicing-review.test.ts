@@ -11,14 +11,11 @@ import {
   planSlices,
   splitUtterances,
 } from '../../api/batch/slicing.js';
-import {
-  annotateChunkOffline,
-  correctOffline,
-  levenshtein,
-  phoneticKey,
-  RemoteReviewer,
-} from '../../api/batch/review.js';
-import { aggregate, Semaphore } from '../../api/batch/workflow.js';
+import { RemoteReviewer } from '../../api/batch/review/llm.js';
+import { annotateChunkOffline, correctOffline } from '../../api/batch/review/offline.js';
+import { levenshtein, phoneticKey } from '../../api/batch/review/text.js';
+import { Semaphore } from '../../api/batch/run/semaphore.js';
+import { aggregate } from '../../api/batch/steps/aggregate.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';
 import { buildRecording, tmpDir } from './helpers.js';

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { expect } from 'chai';
 import request from 'supertest';
-import { annotateChunkOffline } from '../../api/batch/review.js';
+import { annotateChunkOffline } from '../../api/batch/review/offline.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import {
   buildRecording,

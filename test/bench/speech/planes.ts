@@ -125,7 +125,7 @@ const one = await realtime(1);
 const many = await realtime(STREAMS);
 const rssPeak = process.memoryUsage().rss;
 
-// ---- batch: the workflow's utterance split, each piece in the clip form (as api/batch/workflow.ts does) ----
+// ---- batch: the workflow's utterance split, each piece in the clip form (as api/batch/steps/transcribe.ts does) ----
 const batchText: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);

@@ -1,0 +1,59 @@
+/** What a workflow run and its steps work with. */
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { BatchConfig } from '../../../shared/config/batch.js';
+import type { OutboundClient } from '../../../shared/net/index.js';
+import type { ArtifactStore } from '../../../shared/storage/index.js';
+import type { SpeechEngine } from '../../../shared/stt/types.js';
+import type { UsageLedger } from '../../../shared/usage.js';
+import type { ArtifactKeys } from '../artifacts.js';
+import type { WorkflowRepo, WorkflowRow } from '../repo.js';
+import type { WorkflowParams } from '../types.js';
+import type { Semaphore } from './semaphore.js';
+
+export interface RunnerHooks {
+  /** Called once per chunk right before it goes to the engine (tests count these). */
+  onEngineCall?(workflowId: string, chunkIndex: number): void;
+  /** Called when a step's attempt starts and when it ends (tests watch the event loop during one). */
+  onStep?(workflowId: string, name: string, phase: 'start' | 'end'): void;
+}
+
+export interface RunnerDeps {
+  db: Knex;
+  ledger: UsageLedger;
+  repo: WorkflowRepo;
+  store: ArtifactStore;
+  speech: SpeechEngine;
+  outbound: OutboundClient;
+  config: BatchConfig;
+  ffmpegPath: string;
+  defaultModel: string;
+  /** Rolling billing window of maxAudioSecondsPerWindow. */
+  usageWindowSeconds: number;
+  logger: Logger;
+  hooks?: RunnerHooks;
+  /** Bounds engine calls in flight across all runs of this process. */
+  engineSlots: Semaphore;
+  /** Queue the webhook delivery of a finished workflow. */
+  enqueueWebhook(workflowId: string): Promise<void>;
+  /**
+   * A run stopped because Postgres (or storage) became unreachable: the
+   * workflow is neither errored nor lost; the caller queues it again once
+   * the dependency answers, and it resumes from its checkpoints.
+   */
+  onOutage?(workflowId: string): void;
+}
+
+/** One run of one workflow, as its steps see it. */
+export interface RunContext {
+  readonly d: RunnerDeps;
+  readonly row: WorkflowRow;
+  readonly params: WorkflowParams;
+  /** The tenant's own key space. */
+  readonly store: ArtifactStore;
+  readonly keys: ArtifactKeys;
+  /** This run's work folder (the audio, while it is needed). */
+  readonly workDir: string;
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+}

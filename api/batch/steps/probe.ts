@@ -1,0 +1,75 @@
+/**
+ * Step `probe`: fetches the audio, decodes it to 16 kHz PCM in the run's
+ * work folder (the original is kept only while decoding), checks it against
+ * the plan (length per request, rolling audio budget) and hashes it.
+ */
+import { promises as fsp } from 'node:fs';
+import path from 'node:path';
+import { windowUsage } from '../../../shared/usage.js';
+import { decodeToPcmFile, fetchAudio } from '../audio.js';
+import { PermanentError } from '../errors.js';
+import { round3 } from '../numbers.js';
+import type { RunContext } from '../run/context.js';
+import { energyEnvelopeOfFile, SAMPLE_RATE } from '../slicing.js';
+
+export interface ProbeOutput {
+  duration_seconds: number;
+  sample_rate: number;
+  audio_bytes: number;
+  content_type: string | null;
+  audio_sha256: string;
+  fetch_ms: number;
+  decode_ms: number;
+}
+
+/** Where the decoded audio of a run is kept. */
+export const pcmFileOf = (workDir: string): string => path.join(workDir, 'audio.pcm');
+
+export async function probe(ctx: RunContext): Promise<ProbeOutput> {
+  const { d, params: p, workDir, signal } = ctx;
+  const { config } = d;
+  const source = path.join(workDir, 'source');
+  const fetched = await fetchAudio(d.outbound, p.audio_url, source, {
+    maxBytes: config.maxAudioBytes,
+    timeoutMs: config.fetchTimeoutMs,
+    signal,
+  });
+  const pcmFile = pcmFileOf(workDir);
+  const t0 = Date.now();
+  await decodeToPcmFile(source, pcmFile, {
+    ffmpegPath: d.ffmpegPath,
+    timeoutMs: config.decodeTimeoutMs,
+    maxSeconds: p.max_audio_seconds,
+    signal,
+  });
+  const decodeMs = Date.now() - t0;
+  await fsp.rm(source, { force: true }); // the original is kept only while decoding
+  const { samples, sha256 } = await energyEnvelopeOfFile(pcmFile);
+  const duration = samples / SAMPLE_RATE;
+  if (samples === 0) throw new PermanentError('AudioDecodeError', 'The audio contains no samples.');
+  if (duration > p.max_audio_seconds) {
+    throw new PermanentError(
+      'AudioTooLongError',
+      `The audio is longer than the plan allows per request (${p.max_audio_seconds} s).`,
+    );
+  }
+  // The plan's rolling audio budget covers batch jobs too (this job is billed when it completes).
+  if (p.max_window_seconds !== undefined) {
+    const used = await windowUsage(d.db, ctx.row.key_id, d.usageWindowSeconds);
+    if (used + duration > p.max_window_seconds) {
+      throw new PermanentError(
+        'AudioQuotaExceededError',
+        `The plan's audio budget of ${p.max_window_seconds} s per window would be exceeded (${Math.round(used)} s used, this audio ${Math.round(duration)} s).`,
+      );
+    }
+  }
+  return {
+    duration_seconds: round3(duration),
+    sample_rate: SAMPLE_RATE,
+    audio_bytes: fetched.bytes,
+    content_type: fetched.contentType ?? null,
+    audio_sha256: sha256,
+    fetch_ms: fetched.ms,
+    decode_ms: decodeMs,
+  };
+}
