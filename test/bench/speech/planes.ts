@@ -7,9 +7,21 @@
  * by the client (p50, p90, max) at 1 stream and at N concurrent streams; and
  * the memory of the streaming decoders (RSS growth per decoder).
  *
- *   npx tsx test/bench/speech/planes.ts [--streams=4] [--decoders=8]
+ *   npx tsx test/bench/speech/planes.ts [--streams=4] [--decoders=8] [--texts]
+ *
+ * `--capacity`: then the most streams the streaming threads carry: 1, 2, 3,
+ * ... concurrent sessions at real-time pace (each streams `--capacity-clips`
+ * clips of the rotation) until the p90 of speech_stopped -> completed
+ * exceeds 500 ms, an utterance fails or falls back to the clip form. The
+ * service runs one streaming thread per core this process may use, so
+ *
+ *   taskset -c 0 npx tsx test/bench/speech/planes.ts --streams=1 --capacity
+ *
+ * measures one core (the benchmark's clients share that core; they only send
+ * 20 ms frames and read events).
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
@@ -28,7 +40,12 @@ import { fmt, percentile, postClip } from './common.js';
 const arg = (name: string, dflt: number) =>
   Number(process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? dflt);
 const STREAMS = arg('streams', 4);
-const DECODERS = arg('decoders', Math.max(8, STREAMS));
+const CAPACITY = process.argv.includes('--capacity');
+const CAPACITY_MAX = arg('capacity-max', 16);
+const CAPACITY_CLIPS = arg('capacity-clips', 3);
+const CAPACITY_P90_MS = 500;
+const DECODERS = arg('decoders', Math.max(8, STREAMS, CAPACITY ? CAPACITY_MAX : 0));
+const CORES = os.availableParallelism();
 const clips = loadClips();
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const STOPPED = 'input_audio_buffer.speech_stopped';
@@ -50,7 +67,7 @@ await app.close();
 // ---- the realtime tier with the built-in engine ----
 const config = loadConfig({
   STT_THREADS: '1',
-  STT_STREAM_THREADS: '2',
+  STT_STREAM_THREADS: String(CORES),
   STT_STREAM_DECODERS: String(DECODERS),
   // Decoders load on demand (about a second each, more on a busy machine): no time limit in the way.
   STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
@@ -75,13 +92,19 @@ interface Run {
   texts: string[];
   latencies: number[];
   fallbacks: number;
+  /** Utterances whose final carried an error or never came. */
+  failed: number;
 }
 
-/** One session streaming every clip in turn at real-time pace (20 ms frames); `offset` rotates the order. */
-async function session(offset: number): Promise<{ texts: string[]; latencies: number[] }> {
+/** Sessions streaming `count` clips each in turn at real-time pace (20 ms frames); `offset` rotates the order. */
+async function session(
+  offset: number,
+  count = clips.length,
+): Promise<{ texts: string[]; latencies: number[]; failed: number }> {
   const texts = new Array<string>(clips.length).fill('');
   const latencies: number[] = [];
-  for (let k = 0; k < clips.length; k++) {
+  let failed = 0;
+  for (let k = 0; k < count; k++) {
     const i = (k + offset) % clips.length;
     const { key } = await ctx.issueKey('pro');
     const cl = await connect(ctx.url, bearer(key));
@@ -96,10 +119,13 @@ async function session(offset: number): Promise<{ texts: string[]; latencies: nu
       pace: 1,
       frameBytes: 640,
     });
-    await cl.waitFor((evs) => {
+    const complete = (evs: Record<string, unknown>[]) => {
       const stopped = evs.filter((e) => e.type === STOPPED).length;
       return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-    }, 120_000);
+    };
+    await cl.waitFor(complete, 120_000).catch(() => undefined);
+    failed +=
+      cl.of(STOPPED).length - cl.of(COMPLETED).length + cl.of(COMPLETED).filter((e) => e.error).length;
     cl.ws.close(1000);
     await cl.closed;
     texts[i] = cl
@@ -108,22 +134,35 @@ async function session(offset: number): Promise<{ texts: string[]; latencies: nu
       .map((e) => e.text)
       .join(' ');
   }
-  return { texts, latencies };
+  return { texts, latencies, failed };
 }
 
-async function realtime(streams: number): Promise<Run> {
+async function realtime(streams: number, clipsEach = clips.length): Promise<Run> {
   const before = engine.streamingStats()!.fallbacks;
-  const runs = await Promise.all(Array.from({ length: streams }, (_, s) => session(s)));
+  const runs = await Promise.all(Array.from({ length: streams }, (_, s) => session(s, clipsEach)));
   return {
     texts: runs[0].texts,
     latencies: runs.flatMap((r) => r.latencies),
     fallbacks: engine.streamingStats()!.fallbacks - before,
+    failed: runs.reduce((n, r) => n + r.failed, 0),
   };
 }
 
 const one = await realtime(1);
 const many = await realtime(STREAMS);
-const rssPeak = process.memoryUsage().rss;
+let rssPeak = process.memoryUsage().rss;
+
+// ---- the most streams the streaming threads carry ----
+const ramp: [number, Run][] = [];
+let carried = 0;
+if (CAPACITY)
+  for (let n = 1; n <= CAPACITY_MAX; n++) {
+    const r = await realtime(n, CAPACITY_CLIPS);
+    ramp.push([n, r]);
+    rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
+    if (r.failed > 0 || r.fallbacks > 0 || percentile(r.latencies, 90) > CAPACITY_P90_MS) break;
+    carried = n;
+  }
 
 // ---- batch: the workflow's utterance split, each piece in the clip form (as api/batch/workflow.ts does) ----
 const batchText: string[] = [];
@@ -170,12 +209,18 @@ console.log(
   '\n| realtime (real-time pace, 20 ms frames) | utterances | stopped→completed p50 | p90 | max | clip-form fallbacks |',
 );
 console.log('|---|---|---|---|---|---|');
-for (const [name, r] of [
-  ['1 stream', one],
-  [`${STREAMS} streams`, many],
-] as const)
+const row = (name: string, r: Run) =>
   console.log(
-    `| ${name} | ${r.latencies.length} | ${fmt(percentile(r.latencies, 50), 0)} ms | ${fmt(percentile(r.latencies, 90), 0)} ms | ${fmt(Math.max(...r.latencies), 0)} ms | ${r.fallbacks} |`,
+    `| ${name} | ${r.latencies.length} | ${fmt(percentile(r.latencies, 50), 0)} ms | ${fmt(percentile(r.latencies, 90), 0)} ms | ${fmt(Math.max(...r.latencies), 0)} ms | ${r.fallbacks}${r.failed ? `, ${r.failed} failed` : ''} |`,
+  );
+row('1 stream', one);
+row(`${STREAMS} streams`, many);
+for (const [n, r] of ramp)
+  row(`capacity ramp: ${n} stream${n > 1 ? 's' : ''}, ${CAPACITY_CLIPS} clips each`, r);
+if (CAPACITY)
+  console.log(
+    `\nmost streams carried on ${CORES} core${CORES > 1 ? 's' : ''} (${CORES} streaming thread${CORES > 1 ? 's' : ''}; p90 ≤ ${CAPACITY_P90_MS} ms, no failure, no fallback): ` +
+      `${carried}${carried === CAPACITY_MAX ? ` (the ramp stopped at --capacity-max=${CAPACITY_MAX})` : ''}`,
   );
 console.log(
   `\nmemory: ${DECODERS} streaming decoders add ${fmt(mb(rssDecoders - rssBefore), 0)} MiB RSS (${fmt(perDecoderMb, 1)} MiB each); ` +
