@@ -10,10 +10,16 @@
  * normalised wrongly (jfk.wav: 86% WER instead of 23%), and the decoder's
  * state leaks from one session into the next.
  *
- * Here the estimate belongs to the session: the first `bootstrapFrames`
- * frames of the session's audio wait (cheap: only the front end has run)
- * until their own mean is known, then the mean moves with every frame (an
- * exponentially weighted window of `window` frames). The estimate travels
+ * Here the estimate belongs to the session: its first `bootstrapFrames`
+ * frames set the first estimate, then the mean moves with every frame (an
+ * exponentially weighted window of `window` frames). Until then a frame
+ * waits `lookaheadFrames` and is searched with a provisional estimate (the
+ * session's frames so far, with the model's prior); when the estimate moves
+ * more than `researchDistance` from the one in use, the utterance is searched
+ * again from its start with the newer one (at most each time it has grown
+ * `researchGrowth` times, and when the bootstrap or the utterance ends), so
+ * a session's first utterance is searched while it is spoken, at about the
+ * accuracy of waiting for the whole bootstrap. The estimate travels
  * with the session from decoder to decoder, so the text depends only on the
  * session's audio, never on how it was chunked or which pooled decoder took it.
  */
@@ -21,7 +27,7 @@
 /** Coefficients per frame (`-ceplen`, 13 for the en-us model). */
 export const CEPSTRUM_LENGTH = 13;
 
-/** The en-us model's `-cmninit` (feat.params): used only when an utterance ends before the bootstrap. */
+/** The en-us model's `-cmninit` (feat.params): weighs in while the session has few frames. */
 export const EN_US_CMN_PRIOR = [
   41.0, -5.29, -0.12, 5.09, 2.48, -4.07, -1.37, -1.78, -5.08, -2.05, -6.45, -1.42, 1.17,
 ];
@@ -51,6 +57,7 @@ export interface CmnSettings {
   researchGrowth?: number;
 }
 
+/** Measured in docs/decisions.md ("The first utterance is searched while it is spoken"). */
 export const DEFAULT_CMN: Required<CmnSettings> = {
   bootstrapFrames: 300,
   priorFrames: 10,

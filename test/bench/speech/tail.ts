@@ -45,10 +45,12 @@ const variants = settingsArg(
   ] as const,
   DEFAULT_CMN,
 );
+/** `--lead-ms=100`: each cut starts this much earlier (more audio before the speech). */
+const LEAD = Number(process.argv.find((a) => a.startsWith('--lead-ms='))?.slice(10) ?? 0) * 32;
 const clips = loadClips();
 const inputs = clips.map((c) => {
   const stream = streamOf(pcmOf(c.path));
-  return { stream, cuts: cutter.cuts(stream) };
+  return { stream, cuts: cutter.cuts(stream).map(([a, e]): [number, number] => [Math.max(0, a - LEAD), e]) };
 });
 const whole = withDecoder(decoderOptions(config), (d) =>
   inputs.map((_, i) => text(d.decode(i16(pcmOf(clips[i].path))))),
