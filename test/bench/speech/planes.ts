@@ -19,6 +19,10 @@
  *
  * measures one core (the benchmark's clients share that core; they only send
  * 20 ms frames and read events).
+ *
+ * `--before`: the 1-stream run also with the earlier first-utterance
+ * behaviour (frames wait for the whole 3 s CMN bootstrap), alternating
+ * clip by clip with the current one, for a side-by-side comparison.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -87,6 +91,23 @@ const rssDecoders = process.memoryUsage().rss;
 const perDecoderMb = mb(rssDecoders - rssBefore) / DECODERS;
 
 const ctx: RealtimeTestContext = await createRealtimeContext({ engine });
+const BEFORE = process.argv.includes('--before');
+/** The earlier behaviour: a session's frames wait for the whole bootstrap (lookahead = bootstrap). */
+const waiting = BEFORE
+  ? await (async () => {
+      const b = config.speech.builtin;
+      const e = new BuiltinEngine(
+        {
+          ...b,
+          streamDecoders: 2,
+          streamCmn: { ...b.streamCmn, lookaheadFrames: b.streamCmn.bootstrapFrames },
+        },
+        createLogger({ level: 'warn' }),
+      );
+      await e.ready();
+      return { engine: e, ctx: await createRealtimeContext({ engine: e, testDb: ctx.testDb }) };
+    })()
+  : undefined;
 
 interface Run {
   texts: string[];
@@ -100,20 +121,26 @@ interface Run {
 async function session(
   offset: number,
   count = clips.length,
-): Promise<{ texts: string[]; latencies: number[]; failed: number }> {
+  alternate?: RealtimeTestContext,
+): Promise<{
+  texts: string[];
+  latencies: number[];
+  failed: number;
+  other?: { texts: string[]; latencies: number[] };
+}> {
   const texts = new Array<string>(clips.length).fill('');
   const latencies: number[] = [];
   let failed = 0;
-  for (let k = 0; k < count; k++) {
-    const i = (k + offset) % clips.length;
-    const { key } = await ctx.issueKey('pro');
-    const cl = await connect(ctx.url, bearer(key));
+  const other = alternate && { texts: new Array<string>(clips.length).fill(''), latencies: [] as number[] };
+  const one = async (c: RealtimeTestContext, i: number, out: { texts: string[]; latencies: number[] }) => {
+    const { key } = await c.issueKey('pro');
+    const cl = await connect(c.url, bearer(key));
     await cl.next('session.created');
     const stoppedAt = new Map<number, number>();
     cl.ws.on('message', (data) => {
       const ev = JSON.parse(String(data)) as { type: string; utterance_index: number };
       if (ev.type === STOPPED) stoppedAt.set(ev.utterance_index, performance.now());
-      if (ev.type === COMPLETED) latencies.push(performance.now() - stoppedAt.get(ev.utterance_index)!);
+      if (ev.type === COMPLETED) out.latencies.push(performance.now() - stoppedAt.get(ev.utterance_index)!);
     });
     await cl.stream(Buffer.concat([silence(300), pcmOf(clips[i].path), silence(900)]), {
       pace: 1,
@@ -128,19 +155,31 @@ async function session(
       cl.of(STOPPED).length - cl.of(COMPLETED).length + cl.of(COMPLETED).filter((e) => e.error).length;
     cl.ws.close(1000);
     await cl.closed;
-    texts[i] = cl
+    out.texts[i] = cl
       .of(COMPLETED)
       .sort((a, b) => a.utterance_index - b.utterance_index)
       .map((e) => e.text)
       .join(' ');
+  };
+  for (let k = 0; k < count; k++) {
+    const i = (k + offset) % clips.length;
+    await one(ctx, i, { texts, latencies });
+    if (alternate) await one(alternate, i, other!);
   }
-  return { texts, latencies, failed };
+  return { texts, latencies, failed, other };
 }
 
-async function realtime(streams: number, clipsEach = clips.length): Promise<Run> {
+async function realtime(
+  streams: number,
+  clipsEach = clips.length,
+  alternate?: RealtimeTestContext,
+): Promise<Run & { other?: { texts: string[]; latencies: number[] } }> {
   const before = engine.streamingStats()!.fallbacks;
-  const runs = await Promise.all(Array.from({ length: streams }, (_, s) => session(s, clipsEach)));
+  const runs = await Promise.all(
+    Array.from({ length: streams }, (_, s) => session(s, clipsEach, s === 0 ? alternate : undefined)),
+  );
   return {
+    other: runs[0].other,
     texts: runs[0].texts,
     latencies: runs.flatMap((r) => r.latencies),
     fallbacks: engine.streamingStats()!.fallbacks - before,
@@ -148,7 +187,7 @@ async function realtime(streams: number, clipsEach = clips.length): Promise<Run>
   };
 }
 
-const one = await realtime(1);
+const one = await realtime(1, clips.length, waiting?.ctx);
 const many = await realtime(STREAMS);
 let rssPeak = process.memoryUsage().rss;
 
@@ -181,6 +220,11 @@ for (const c of clips) {
   );
   batchText.push(results.map((r) => r.text).join(' '));
 }
+// The earlier behaviour's context shares the database the first one drops.
+if (waiting) {
+  await waiting.ctx.close();
+  await waiting.engine.close();
+}
 await ctx.close();
 await engine.close();
 
@@ -190,6 +234,9 @@ const total = nWords.reduce((a, x) => a + x, 0);
 const planes: [string, string[]][] = [
   ['segment (whole clip)', segmentText],
   ['realtime, 1 stream', one.texts],
+  ...(one.other
+    ? [['realtime, 1 stream, before (frames wait for the bootstrap)', one.other.texts] as [string, string[]]]
+    : []),
   ['batch', batchText],
 ];
 console.log(
@@ -214,6 +261,12 @@ const row = (name: string, r: Run) =>
     `| ${name} | ${r.latencies.length} | ${fmt(percentile(r.latencies, 50), 0)} ms | ${fmt(percentile(r.latencies, 90), 0)} ms | ${fmt(Math.max(...r.latencies), 0)} ms | ${r.fallbacks}${r.failed ? `, ${r.failed} failed` : ''} |`,
   );
 row('1 stream', one);
+if (one.other)
+  row('1 stream, before (frames wait for the bootstrap), alternating with the row above', {
+    ...one.other,
+    fallbacks: 0,
+    failed: 0,
+  });
 row(`${STREAMS} streams`, many);
 for (const [n, r] of ramp)
   row(`capacity ramp: ${n} stream${n > 1 ? 's' : ''}, ${CAPACITY_CLIPS} clips each`, r);
