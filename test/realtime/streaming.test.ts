@@ -110,11 +110,12 @@ describe('realtime streaming decoding (built-in engine)', function () {
       errRealtime += wer(ref, realtime) * n;
       errWhole += wer(ref, whole) * n;
       expect(wer(ref, realtime), `${file}: realtime "${realtime}" vs whole clip "${whole}"`).to.be.at.most(
-        // Cutting with per-utterance normalisation cost jfk.wav 27 points; now the worst clip is 6 points.
-        wer(ref, whole) + 0.1,
+        // The issue 13 targets. Cutting with per-utterance normalisation cost jfk.wav 27 points; waiting for
+        // the CMN bootstrap left ls-1221 6.3 points worse; now the worst clip is 4.2 points.
+        wer(ref, whole) + 0.05,
       );
     }
-    expect(errRealtime / refWords, 'word-weighted WER').to.be.at.most(errWhole / refWords + 0.03);
+    expect(errRealtime / refWords, 'word-weighted WER').to.be.at.most(errWhole / refWords + 0.01);
   });
 
   it('when every streaming decoder is busy, utterances fall back to the clip form and still complete', async () => {
