@@ -56,14 +56,16 @@ const STOPPED = 'input_audio_buffer.speech_stopped';
 const mb = (b: number) => b / 1024 / 1024;
 
 // ---- segment endpoint, whole clips ----
-const app = await startSpeechApp({ STT_THREADS: '1' });
+// Generous decode limits: a busy machine decodes slowly (the endpoint's WER is what counts here).
+const app = await startSpeechApp({ STT_THREADS: '1', STT_BUILTIN_TIMEOUT_BASE_MS: '120000' });
 const { key: apiKey } = await app.issueKey('pro');
 const segmentText: string[] = [];
 for (const c of clips) {
-  const r = await postClip(app.url, apiKey, fs.readFileSync(c.path), {
-    response_format: 'json',
-    language: 'en',
-  });
+  // A busy machine can make the endpoint shed load (503/429): asked again, a few times.
+  let r = { status: 0, body: '' };
+  for (let attempt = 0; attempt < 5 && r.status !== 200; attempt++)
+    r = await postClip(app.url, apiKey, fs.readFileSync(c.path), { response_format: 'json', language: 'en' });
+  if (r.status !== 200) throw new Error(`segment endpoint answered ${r.status} for ${c.file}: ${r.body}`);
   segmentText.push((JSON.parse(r.body) as { text: string }).text);
 }
 await app.close();
