@@ -7,14 +7,15 @@ import Router from '@koa/router';
 import type { AppDeps } from './deps.js';
 import { ApiError, errorHandler } from './http/errors.js';
 import { requestContext } from './http/requestContext.js';
-import { routeModules, type RouteModule } from './routes/index.js';
+import { registerRoutes } from './http/routes.js';
+import { apiRoutes } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
 
-export function createApp(deps: AppDeps, modules: RouteModule[] = routeModules): Koa {
+export function createApp(deps: AppDeps): Koa {
   const app = new Koa({ proxy: deps.config.http.trustProxy });
   app.silent = true; // errors are logged by errorHandler, never printed raw
   const router = new Router();
-  for (const m of modules) m.register(router, deps);
+  registerRoutes(router, apiRoutes(deps));
 
   app.use(
     requestContext(deps.logger, {

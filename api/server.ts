@@ -1,15 +1,15 @@
 /**
- * Runs the API: builds the dependencies, migrates (under a lock), listens,
- * and shuts down gracefully — stop accepting, let requests in flight finish
- * (up to SHUTDOWN_GRACE_MS), then close pools.
+ * Runs the API: builds the dependencies (api/deps.ts, the composition root)
+ * unless given them, migrates (under a lock), starts the batch plane,
+ * listens, and shuts down gracefully — stop accepting, let requests in
+ * flight finish (up to SHUTDOWN_GRACE_MS), then close pools.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
 import { migrateLatest } from '../shared/db/index.js';
-import { attachRealtimeProxy } from '../realtime/proxy.js';
-import { startBatch, stopBatch } from './batch/runtime.js';
+import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';
 
@@ -32,8 +32,7 @@ export async function startApi(
     if (applied.length) logger.info({ applied }, 'database migrated');
   }
   const app = createApp(deps);
-  await startBatch(deps, { workers: config.batch.workersEnabled });
-  deps.closers.push(() => stopBatch(deps));
+  await deps.batch.start({ workers: config.batch.workersEnabled });
   const server = http.createServer(app.callback());
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
@@ -43,16 +42,15 @@ export async function startApi(
   });
   const port = (server.address() as AddressInfo).port;
   logger.info({ port, host: config.http.host }, 'api listening');
-  const detachProxy = proxyRealtime(server, deps);
-
-  // Readiness turns 503 as the stop begins (the load balancer's check: GET /readyz/instance).
-  let draining = false;
-  deps.readiness.push({ name: 'accepting', check: async () => !draining });
+  // With a realtime upstream (embedded start), the stream is served on this base URL too.
+  const upstream = deps.realtimeUpstream;
+  const detachProxy = upstream ? attachRealtimeProxy(server, upstream) : () => {};
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
-      draining = true;
+      // Readiness turns 503 as the stop begins (the load balancer's check: GET /readyz/instance).
+      deps.intake.stop();
       if (config.http.drainDelayMs > 0) {
         logger.info({ ms: config.http.drainDelayMs }, 'api draining: not ready, still serving');
         await new Promise((r) => setTimeout(r, config.http.drainDelayMs));
@@ -71,23 +69,4 @@ export async function startApi(
       logger.info('api stopped');
     })());
   return { deps, server, port, stop };
-}
-
-/**
- * With REALTIME_PROXY_TARGET (host:port), the API also serves the realtime
- * stream on its own base URL by splicing upgrades through to the realtime
- * process (and /readyz checks that process's /readyz). The embedded start uses
- * this; a scaled deployment routes the stream path at its load balancer.
- */
-function proxyRealtime(server: http.Server, deps: AppDeps): () => void {
-  const target = deps.config.realtime.upstreamProxyTarget;
-  if (!target) return () => {};
-  const sep = target.lastIndexOf(':');
-  const host = sep > 0 ? target.slice(0, sep) : '127.0.0.1';
-  const port = Number(target.slice(sep + 1));
-  return attachRealtimeProxy(server, {
-    host,
-    port,
-    retryAfterSeconds: deps.config.failure.realtimeRetryAfterSeconds,
-  });
 }

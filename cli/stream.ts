@@ -28,6 +28,7 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { decodeAudio } from '../shared/audio/index.js';
 import { speechConfig, transcribeCliConfig } from '../shared/config/speech.js';
+import { STREAM_PATH } from '../shared/paths.js';
 
 const FRAME_BYTES = 3200; // 100 ms of 16 kHz mono PCM16
 
@@ -114,7 +115,7 @@ class PcmSource {
 function streamUrl(base: string): string {
   const u = new URL(base);
   u.protocol = u.protocol === 'https:' ? 'wss:' : 'ws:';
-  u.pathname = `${u.pathname.replace(/\/+$/, '')}/v1/audio/transcriptions/stream`;
+  u.pathname = `${u.pathname.replace(/\/+$/, '')}${STREAM_PATH}`;
   return u.toString();
 }
 

@@ -9,9 +9,8 @@ import { createLogger, type Logger } from '../shared/logger.js';
 import { createDb, migrateLatest } from '../shared/db/index.js';
 import { createAuthentication } from '../shared/auth/index.js';
 import { createLimits } from '../shared/limits/index.js';
-import { createSpeechEngine, type SpeechEngine } from '../shared/stt/index.js';
+import { createSpeechEngine } from '../shared/stt/index.js';
 import { UsageLedger } from '../shared/usage.js';
-import { ThreadedEngine } from './threadedEngine.js';
 import { startRealtime, type RealtimeDeps, type RunningRealtime } from './server.js';
 import { NativeUwsUnavailable } from './uws.js';
 import { installFailurePolicy } from '../shared/process/index.js';
@@ -27,11 +26,7 @@ export async function createRealtimeDeps(
   const { auth } = createAuthentication(config, db, logger);
   const limits = createLimits(config.redisUrl);
   const ledger = new UsageLedger(db, config.ledger, logger).start();
-  // The remote pool's HTTP client runs in a thread; the built-in engine already runs in its own threads.
-  const engine: SpeechEngine =
-    config.speech.engine === 'remote' && config.realtime.engineThread
-      ? await ThreadedEngine.start()
-      : createSpeechEngine(config, logger);
+  const engine = createSpeechEngine(config, logger);
   return {
     config,
     logger,
@@ -50,8 +45,7 @@ export async function createRealtimeDeps(
   };
 }
 
-export async function runRealtimeProcess(): Promise<RunningRealtime> {
-  const config = loadConfig();
+export async function runRealtimeProcess(config: Config = loadConfig()): Promise<RunningRealtime> {
   const logger = createLogger({ level: config.logLevel, name: 'realtime' });
   const started: { stop?: () => Promise<void> } = {};
   installFailurePolicy(logger, { onFatal: () => started.stop?.() });

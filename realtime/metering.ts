@@ -1,5 +1,5 @@
 /**
- * Realtime usage through the usage ledger: every USAGE_CHECKPOINT_MS one
+ * Realtime usage through the usage ledger: every `ledger.checkpointMs` (a third of REALTIME_LEASE_TTL_MS, at most 2 s) one
  * batched checkpoint of the instance's live sessions (their rows grow and
  * their leases are renewed, so the audio counts against the key's window
  * while the session runs, and a killed instance leaves its last checkpoint),

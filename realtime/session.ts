@@ -13,6 +13,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
+import { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
 import type {
   SpeechEngine,
   SpeechStream,
@@ -64,7 +65,6 @@ export const CLOSE = {
 
 export type CloseKind = keyof typeof CLOSE;
 
-const BYTES_PER_SECOND = 32_000;
 const THROTTLE_EVENT_INTERVAL_MS = 1000;
 
 export const newSessionId = (): string => 'sess_' + randomBytes(12).toString('hex');
@@ -173,7 +173,7 @@ export class RealtimeSession {
   }
 
   get audioSeconds(): number {
-    return (this.audioBytes - this.unbilledBytes) / BYTES_PER_SECOND;
+    return (this.audioBytes - this.unbilledBytes) / PCM_BYTES_PER_SECOND;
   }
 
   get inFlight(): { utterances: number; bytes: number } {
@@ -185,7 +185,7 @@ export class RealtimeSession {
       type: 'session.created',
       request_id: this.requestId,
       session_id: this.sessionId,
-      audio: { format: 'pcm_s16le', sample_rate: 16000, channels: 1 },
+      audio: { format: 'pcm_s16le', sample_rate: PCM_SAMPLE_RATE, channels: 1 },
       turn_detection: { type: 'server_vad' },
       plan: this.principal.plan,
       limits: this.limits,
@@ -251,7 +251,7 @@ export class RealtimeSession {
       request_id: this.requestId,
       session_id: this.sessionId,
       session: presentSettings(this.settings),
-      audio: { format: 'pcm_s16le', sample_rate: 16000, channels: 1 },
+      audio: { format: 'pcm_s16le', sample_rate: PCM_SAMPLE_RATE, channels: 1 },
       ignored_fields: r.ignored,
     });
   }
@@ -324,7 +324,7 @@ export class RealtimeSession {
       type: 'service.throttled',
       reason,
       dropped_bytes: this.droppedBytes,
-      dropped_ms: Math.round((this.droppedBytes / BYTES_PER_SECOND) * 1000),
+      dropped_ms: Math.round((this.droppedBytes / PCM_BYTES_PER_SECOND) * 1000),
       in_flight_utterances: this.pending.size,
       in_flight_bytes: this.inFlightBytes,
       max_concurrent_utterances: this.principal.limits.maxConcurrentUtterances,
@@ -407,7 +407,7 @@ export class RealtimeSession {
     streaming: StreamingUtterance | null,
   ): void {
     const cfg = this.deps.config;
-    const audioMs = Math.round((pcm.length / BYTES_PER_SECOND) * 1000);
+    const audioMs = Math.round((pcm.length / PCM_BYTES_PER_SECOND) * 1000);
     const abort = new AbortController();
     const base = {
       type: 'conversation.item.input_audio_transcription.completed',
@@ -584,7 +584,7 @@ export class RealtimeSession {
         utterance_index: index,
         reason: 'session_closed',
         audio_start_ms: this.openStartMs,
-        audio_end_ms: Math.round((this.audioBytes / BYTES_PER_SECOND) * 1000),
+        audio_end_ms: Math.round((this.audioBytes / PCM_BYTES_PER_SECOND) * 1000),
       });
       const language = this.openLanguage === 'auto' ? '' : this.openLanguage;
       const base = {

@@ -80,12 +80,22 @@ if (!env.DATABASE_URL) {
   env.DATABASE_URL = pg.url;
 }
 
-// The realtime tier is its own process; the API splices its upgrades through, so
-// REST and WebSocket share one base URL. The API migrates first.
-const realtime = await startRealtimeProcess();
-if (realtime) env.REALTIME_PROXY_TARGET = `127.0.0.1:${realtime.port}`;
+// Migrations run once, here, before either process uses the database.
+if (base.migrateOnStart) {
+  const { createDb, migrateLatest } = await import('../shared/db/index.js');
+  const db = createDb(env.DATABASE_URL!, { logger });
+  const applied = await migrateLatest(db).finally(() => db.destroy());
+  if (applied.length) logger.info({ applied }, 'database migrated');
+}
 
-const config = loadConfig(env);
+// The realtime tier is its own process; the API splices its upgrades through, so
+// REST and WebSocket share one base URL.
+const realtime = base.realtime.enabled ? await startRealtimeProcess() : undefined;
+
+const config = loadConfig(env, {
+  migrateOnStart: false,
+  realtime: { upstreamProxyTarget: realtime ? `127.0.0.1:${realtime.port}` : undefined },
+});
 const api = await startApi(config, logger).catch(async (err: NodeJS.ErrnoException) => {
   await realtime?.stop();
   await pg?.stop();
@@ -141,8 +151,8 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) {
 
 /**
  * The realtime tier in its own process, supervised: when it dies it is
- * started again on the same port after a backoff (EMBEDDED_RESTART_BASE_MS
- * doubling to EMBEDDED_RESTART_MAX_MS). While it is down the API's proxy
+ * started again on the same port after a backoff (doubling, from
+ * `embedded.restartBaseMs` to `embedded.restartMaxMs`). While it is down the API's proxy
  * answers upgrades 503 upstream_unavailable with Retry-After, and /readyz
  * reports `realtime: false`.
  */
@@ -174,13 +184,7 @@ function superviseEmbeddedPostgres(start: () => Promise<RunningPostgres>): void 
   watch(pg!);
 }
 
-async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promise<void> } | undefined> {
-  if (/^(0|false|no|off)$/i.test(env.REALTIME_ENABLED ?? '')) return undefined;
-  // Migrations run once, here, before either process uses the database.
-  const { createDb, migrateLatest } = await import('../shared/db/index.js');
-  const db = createDb(env.DATABASE_URL!, { logger });
-  await migrateLatest(db);
-  await db.destroy();
+async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promise<void> }> {
   const here = path.dirname(fileURLToPath(import.meta.url));
   const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
   let child: ChildProcess | undefined;

@@ -17,6 +17,7 @@
  */
 import type { ReviewerConfig } from '../../shared/config/batch.js';
 import type { BatchResult, ChunkCheckpoint, ResultSegment } from './types.js';
+import { REVIEW_MAX_TERMS } from '../../shared/config/batch.js';
 
 export interface ReviewIssue {
   type: 'low_confidence' | 'term_near_miss' | 'reviewer';
@@ -119,11 +120,6 @@ function norm(s: string): string {
   return s.toLowerCase().replace(/[^a-z0-9']/g, '');
 }
 
-/**
- * Most distinct terms the offline reviewer takes from `metadata` (the API
- * refuses a job whose metadata holds more: BATCH_REVIEW_MAX_TERMS).
- */
-export const REVIEW_MAX_TERMS_DEFAULT = 1000;
 /** Longest term (characters); longer strings in `metadata` are not terms. */
 export const REVIEW_MAX_TERM_LENGTH = 60;
 /** Levels of `metadata` the reviewer looks into. */
@@ -247,7 +243,7 @@ function nearMiss(
 // ---------- stage one: annotate ----------
 
 export interface AnnotateOptions {
-  /** Most terms taken from the metadata (BATCH_REVIEW_MAX_TERMS). */
+  /** Most terms taken from the metadata (REVIEW_MAX_TERMS in shared/config/batch.ts). */
   maxTerms?: number;
 }
 
@@ -294,7 +290,7 @@ function* annotateSteps(
   lowConfidence: number,
   opts: AnnotateOptions,
 ): Generator<void, ChunkReview> {
-  const index = prepareTerms(metadata, opts.maxTerms ?? REVIEW_MAX_TERMS_DEFAULT);
+  const index = prepareTerms(metadata, opts.maxTerms ?? REVIEW_MAX_TERMS);
   const words: Word[] = chunk.words.map((w) => ({
     ...w,
     start: chunk.start + w.start,

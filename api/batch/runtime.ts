@@ -4,8 +4,8 @@
  * workflows whose process died, and the submission/poll/artifact operations
  * the routes call.
  *
- * Lifecycle (called by the process entry): `startBatch(deps)` at start-up,
- * `stopBatch(deps)` at shutdown. Routes use `batchRuntime(deps)`; submissions
+ * Built by the API's composition root (api/deps.ts) and handed to the routes;
+ * the server calls `start` at start-up and `stop` at shutdown. Submissions
  * made before start are picked up by the sweeper once it runs.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -36,7 +36,7 @@ export interface BatchRuntimeDeps {
   logger: Logger;
   db: Knex;
   ledger: UsageLedger;
-  speech?: SpeechEngine;
+  speech: SpeechEngine;
   /** Overrides for tests and benchmarks. */
   store?: ArtifactStore;
   hooks?: RunnerHooks;
@@ -101,11 +101,6 @@ export class BatchRuntime {
     this.boss = boss;
     if (!workers) return;
 
-    if (!this.d.speech) {
-      // A worker-only process has no segment route that created the engine.
-      const { createSpeechEngine } = await import('../../shared/stt/index.js');
-      (this.d as { speech?: SpeechEngine }).speech = createSpeechEngine(cfg, this.d.logger);
-    }
     const secret = await loadWebhookSecret(cfg.batch.webhook);
     try {
       signedHeaders(secret, 'msg_check', new Date(), '{}');
@@ -117,7 +112,7 @@ export class BatchRuntime {
       ledger: this.d.ledger,
       repo: this.repo,
       store: this.store,
-      speech: this.d.speech!,
+      speech: this.d.speech,
       outbound: this.outbound,
       config: cfg.batch,
       ffmpegPath: cfg.speech.audio.ffmpegPath,
@@ -353,33 +348,4 @@ async function createQueues(boss: PgBoss): Promise<void> {
 
 export function newWorkflowId(): string {
   return `cf_${randomBytes(32).toString('hex')}`;
-}
-
-// ---------- one runtime per AppDeps ----------
-
-const runtimes = new WeakMap<object, BatchRuntime>();
-
-/** The batch runtime of an app's deps (created on first use, not started). */
-export function batchRuntime(deps: BatchRuntimeDeps): BatchRuntime {
-  let rt = runtimes.get(deps);
-  if (!rt) {
-    rt = new BatchRuntime(deps);
-    runtimes.set(deps, rt);
-  }
-  return rt;
-}
-
-/** Start the batch queues, workers and sweeper of this process (call once at start-up). */
-export async function startBatch(
-  deps: BatchRuntimeDeps,
-  opts: { workers?: boolean } = {},
-): Promise<BatchRuntime> {
-  const rt = batchRuntime(deps);
-  await rt.start(opts);
-  return rt;
-}
-
-/** Stop them (call at shutdown, before the database pool closes). */
-export async function stopBatch(deps: BatchRuntimeDeps): Promise<void> {
-  await runtimes.get(deps)?.stop();
 }

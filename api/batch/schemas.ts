@@ -61,8 +61,8 @@ export const jobRequestSchema = {
       type: 'object',
       description:
         'Free-form context for the review stages, e.g. `{specialty, speaker_roles, known_terms}`. ' +
-        'At most 64 KiB as JSON, 8 levels of nesting and 1000 distinct terms (BATCH_METADATA_MAX_BYTES, ' +
-        'BATCH_METADATA_MAX_DEPTH, BATCH_REVIEW_MAX_TERMS); more is refused with 400.',
+        'At most 64 KiB as JSON (BATCH_METADATA_MAX_BYTES), 8 levels of nesting and 1000 distinct terms; ' +
+        'more is refused with 400.',
     },
   },
 } as const;

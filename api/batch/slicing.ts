@@ -10,7 +10,8 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 
-export const SAMPLE_RATE = 16_000;
+import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../../shared/audio/pcm.js';
+export { SAMPLE_RATE };
 export const FRAME_SAMPLES = 160; // 10 ms
 export const FRAME_SECONDS = FRAME_SAMPLES / SAMPLE_RATE;
 

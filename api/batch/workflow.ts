@@ -204,7 +204,7 @@ export class WorkflowRunner {
     this.d.onOutage?.(workflowId);
   }
 
-  /** Queues the first delivery; a failure here is not the workflow's: the sweeper queues it later (WEBHOOK_RECOVER_AFTER_SECONDS). */
+  /** Queues the first delivery; a failure here is not the workflow's: the sweeper queues it later (WEBHOOK_RECOVER_AFTER_SECONDS in shared/config/batch.ts). */
   private async handOffWebhook(row: WorkflowRow, log: Logger): Promise<void> {
     if (!row.params.webhook_url) return;
     try {

@@ -9,19 +9,14 @@
  */
 import type { Context, Middleware, Next } from 'koa';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
+import { DEPENDENCY_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
+import { HttpRefusal } from '../../shared/http/refusal.js';
 
 export type Plane = 'api' | 'batch' | 'admin';
 
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly opts: { retryable?: boolean; headers?: Record<string, string>; type?: string } = {},
-  ) {
-    super(message);
-    this.name = 'ApiError';
-  }
+/** An HTTP refusal raised in the API (shared code raises HttpRefusal; both render the same way). */
+export class ApiError extends HttpRefusal {
+  override name = 'ApiError';
 }
 
 const OPENAI_TYPES: Record<number, string> = {
@@ -68,8 +63,14 @@ export function isDataException(err: unknown): boolean {
 export const isStoreUnavailable = isDependencyUnavailable;
 
 /** Translates errors thrown by body parsers and the like into ApiErrors. */
-export function toApiError(err: unknown, plane: Plane, retryAfterSeconds = 5): ApiError {
+export function toApiError(
+  err: unknown,
+  plane: Plane,
+  retryAfterSeconds = DEPENDENCY_RETRY_AFTER_SECONDS,
+): ApiError {
   if (err instanceof ApiError) return err;
+  // Refusals raised by shared code (the upload use case, shared/transcribe) already carry the answer.
+  if (err instanceof HttpRefusal) return new ApiError(err.status, err.code, err.message, err.opts);
   const e = err as {
     status?: number;
     statusCode?: number;

@@ -42,3 +42,15 @@ export function requestRateLimit(limits: LimitsDriver, policy: RateLimitPolicy =
     await next();
   };
 }
+
+/**
+ * Reads that must never spend the plan's requests (job polls, models, own
+ * usage): a per-key bucket of their own, POLL_REQUESTS_PER_MINUTE (0: unlimited).
+ */
+export function pollRateLimit(
+  deps: { limits: LimitsDriver; config: { pollRequestsPerMinute: number } },
+  what: string,
+): Middleware {
+  const perMinute = deps.config.pollRequestsPerMinute || undefined;
+  return requestRateLimit(deps.limits, { bucket: 'polls', perMinute: () => perMinute, what });
+}

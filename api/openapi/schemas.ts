@@ -45,3 +45,8 @@ export function adminEnvelope(data: object): object {
 export const rateLimitHeaders = {
   'Retry-After': { description: 'Seconds until the request may be retried.', schema: { type: 'integer' } },
 };
+
+/** A 429 answer (rate limit exceeded) in the given error shape, with its Retry-After header. */
+export function tooManyRequests(description: string, schema: object) {
+  return { description, schema, headers: rateLimitHeaders };
+}

@@ -1,10 +1,14 @@
 /**
- * Every resource of the REST API, one folder each. Order matters only for
- * the catch-all poll alias `GET /{workflowId}`, which the jobs module
- * registers last.
+ * Every resource of the REST API, one folder each; each module returns its
+ * routes (api/http/routes.ts), and /openapi.json is built from the same list.
+ * Registration order does not change behaviour: each method and path has one
+ * route, and the poll aliases (`GET /{workflowId}`, `GET
+ * /v1/audio/transcriptions/{workflowId}`) pass every path that is not a
+ * workflow id on. The order below is the order of /openapi.json.
  */
-import type Router from '@koa/router';
 import type { AppDeps } from '../deps.js';
+import { operations, type Route } from '../http/routes.js';
+import { openApiDocument } from '../openapi/registry.js';
 import * as health from './health/index.js';
 import * as docs from './docs/index.js';
 import * as playground from './playground/index.js';
@@ -18,22 +22,20 @@ import * as jobs from './jobs/index.js';
 import * as openai from './openai/index.js';
 import * as stream from './stream/index.js';
 
-export interface RouteModule {
-  register(router: Router, deps: AppDeps): void;
+export function apiRoutes(deps: AppDeps): Route[] {
+  const all: Route[] = [
+    ...health.routes(deps),
+    ...metrics.routes(deps),
+    ...docs.routes(() => openApiDocument(operations(all))),
+    ...playground.routes(deps),
+    ...admin.routes(deps),
+    ...usage.routes(deps),
+    ...tokens.routes(deps),
+    ...segment.routes(deps),
+    ...stream.routes(),
+    ...openai.routes(deps),
+    ...artifacts.routes(deps),
+    ...jobs.routes(deps),
+  ];
+  return all;
 }
-
-// segment before jobs: a JSON body on POST /v1/audio/transcriptions falls through to the deprecated job submission.
-export const routeModules: RouteModule[] = [
-  health,
-  metrics,
-  docs,
-  playground,
-  admin,
-  usage,
-  tokens,
-  segment,
-  stream,
-  openai,
-  artifacts,
-  jobs,
-];

@@ -138,6 +138,33 @@ const ENTRY: Record<Role, string> = {
   realtime: 'realtime/main.js',
   engine: 'engine/main.js',
 };
+/**
+ * The realtime tier decodes with the built-in engine's streaming form (each
+ * utterance searched while it is spoken, the session's own normalisation):
+ * the remote engine workers only get whole clips, which loses words at the
+ * cuts and answers late. Segment and batch on the API keep the engine
+ * workers. Admission follows the decoder pool: one streaming decoder per
+ * session (about 100 MiB each), no more sessions than the instance's cores
+ * carry at real time, and no new session while as many utterances wait for
+ * their final as there are decoders (the decoders are behind). docker/compose.yaml's
+ * realtime services carry the same values (the deployment test checks).
+ */
+export const REALTIME_ENV: Record<string, string> = {
+  STT_ENGINE: 'builtin',
+  STT_STREAM_DECODERS: '4',
+  REALTIME_MAX_SESSIONS: '4',
+  REALTIME_MAX_QUEUED_UTTERANCES: '4',
+  // The clip form (a session whose decoder is not free) needs one decoder thread, not one per core.
+  STT_THREADS: '1',
+  // An utterance whose final waits behind decoders that fell behind real time (a busy machine) is
+  // given up by the session's own REALTIME_TRANSCRIBE_TIMEOUT_MS (30 s): a per-utterance failure,
+  // which the breaker does not count. The engine's own limit (base + 1 s per audio second, 10 s by
+  // default) would fire first and count as an engine failure: five in a row open the breaker, which
+  // closes every session of the instance with 1013.
+  STT_BUILTIN_TIMEOUT_BASE_MS: '30000',
+};
+const ROLE_ENV: Record<Role, Record<string, string>> = { api: {}, realtime: REALTIME_ENV, engine: {} };
+
 const READY_PATH: Record<Role, string> = {
   api: '/readyz/instance',
   realtime: '/readyz',
@@ -214,7 +241,6 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       MIGRATE_ON_START: 'false',
       // On SIGTERM an API first fails its load-balancer check, then stops (fall 2 x 500 ms < 2 s).
       SHUTDOWN_DRAIN_DELAY_MS: '2000',
-      ...opts.env,
     };
 
     const specs = new Map<string, { role: Role; port: number }>();
@@ -229,7 +255,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
         realtime: { REALTIME_HOST: '127.0.0.1', REALTIME_PORT: String(port) },
         engine: { ENGINE_HOST: '127.0.0.1', ENGINE_PORT: String(port), STT_THREADS: '1' },
       }[role];
-      return { ...common, DATA_DIR: dataDir, ...own };
+      return { ...common, DATA_DIR: dataDir, ...ROLE_ENV[role], ...opts.env, ...own };
     };
 
     const start = async (name: string): Promise<ClusterProcess> => {
@@ -260,7 +286,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       'api',
       process.execPath,
       [path.join(dist, 'scripts/migrate.js')],
-      { ...common, DATA_DIR: path.join(opts.workDir, 'migrate') },
+      { ...common, ...opts.env, DATA_DIR: path.join(opts.workDir, 'migrate') },
       opts,
     );
     const migrated = await migrate.exited;

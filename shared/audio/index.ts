@@ -7,9 +7,9 @@
 import { spawn } from 'node:child_process';
 import { Readable } from 'node:stream';
 import { faststart, isIsoBmff } from './faststart.js';
+import { PCM_BYTES_PER_SECOND as BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 
-export const PCM_SAMPLE_RATE = 16_000;
-const BYTES_PER_SECOND = PCM_SAMPLE_RATE * 2;
+export { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 
 export class AudioDecodeError extends Error {
   override name = 'AudioDecodeError';
@@ -28,12 +28,6 @@ export interface DecodeOptions {
   /** Refuse output longer than this many seconds (stops decoding early). */
   maxSeconds?: number;
   signal?: AbortSignal;
-}
-
-/** Seconds of audio in a 16 kHz mono PCM16 buffer. */
-export function pcmDurationSeconds(pcm: Buffer | number): number {
-  const bytes = typeof pcm === 'number' ? pcm : pcm.length;
-  return Math.floor(bytes / 2) / PCM_SAMPLE_RATE;
 }
 
 /** A 44-byte-header WAV around 16 kHz mono PCM16 samples. */

@@ -128,6 +128,38 @@ export interface BatchConfig {
 
 const REVIEW_STAGES = new Set(['annotate', 'correct']);
 
+// Internal tuning of the batch plane (not environment variables; docs/decisions.md, "Configuration surface").
+/** Postgres schema of pg-boss. */
+export const PGBOSS_SCHEMA = 'pgboss';
+/** Shortest accepted segment_seconds (tiny slices only waste engine calls); smaller ones are raised to it. */
+export const MIN_SEGMENT_SECONDS = 2;
+/** How far from each boundary the slicer may move a cut to find a pause. */
+export const SLICE_SEARCH_SECONDS = 10;
+/** Utterance pieces of a chunk (BATCH_SPLIT_UTTERANCES): separating pause, longest piece, shortest piece a pause may end (docs/decisions.md). */
+export const UTTERANCE_MIN_PAUSE_SECONDS = 0.4;
+export const UTTERANCE_MAX_SECONDS = 30;
+export const UTTERANCE_MIN_SECONDS = 5;
+/** Attempts per chunk for retryable engine errors. */
+export const CHUNK_ATTEMPTS = 3;
+/** Decode (ffmpeg) wall-clock cap of a job's audio. */
+export const DECODE_TIMEOUT_MS = 10 * 60_000;
+/** Per S3 request: connecting, and then the whole request (a hung store must not hang a workflow). */
+export const S3_CONNECT_TIMEOUT_MS = 5_000;
+export const S3_REQUEST_TIMEOUT_MS = 30_000;
+/** Outbound fetches (audio, webhooks): redirects followed, connect timeout. */
+export const OUTBOUND_MAX_REDIRECTS = 5;
+export const OUTBOUND_CONNECT_TIMEOUT_MS = 10_000;
+/** Webhook delivery: per-attempt timeout, response bytes read, and when an overdue unrecorded delivery is queued again. */
+export const WEBHOOK_TIMEOUT_MS = 10_000;
+export const WEBHOOK_MAX_RESPONSE_BYTES = 64 * 1024;
+export const WEBHOOK_RECOVER_AFTER_SECONDS = 300;
+/** Words below this engine confidence are flagged by the offline annotator. */
+export const REVIEW_LOW_CONFIDENCE = 0.5;
+/** Most distinct terms a job's `metadata` may hold (more: 400 at submission). */
+export const REVIEW_MAX_TERMS = 1000;
+/** Deepest nesting of a job's `metadata` (more: 400 at submission). */
+export const METADATA_MAX_DEPTH = 8;
+
 export function batchConfig(env: Env): BatchConfig {
   const dataDir = path.resolve(str(env, 'DATA_DIR', '.data'));
   const driver = str(env, 'ARTIFACT_STORE', str(env, 'S3_BUCKET') ? 's3' : 'fs');
@@ -138,27 +170,29 @@ export function batchConfig(env: Env): BatchConfig {
     if (!REVIEW_STAGES.has(s))
       throw new ConfigError(`REVIEW_STAGES entries must be annotate or correct, got "${s}"`);
   let prefix = str(env, 'ARTIFACT_PREFIX', '');
+  const leaseSeconds = num(env, 'BATCH_LEASE_SECONDS', 30, 1);
   if (prefix && !prefix.endsWith('/')) prefix += '/';
   return {
     workersEnabled: bool(env, 'BATCH_WORKERS', true),
-    pgBossSchema: str(env, 'BATCH_PGBOSS_SCHEMA', 'pgboss'),
+    pgBossSchema: PGBOSS_SCHEMA,
     workflowsPerProcess: int(env, 'BATCH_WORKFLOWS_PER_PROCESS', 2, 1),
     maxConcurrency: int(env, 'BATCH_MAX_CONCURRENCY', 16, 1),
-    minSegmentSeconds: num(env, 'BATCH_MIN_SEGMENT_SECONDS', 2, 0.1),
-    sliceSearchSeconds: num(env, 'BATCH_SLICE_SEARCH_SECONDS', 10, 0),
+    minSegmentSeconds: MIN_SEGMENT_SECONDS,
+    sliceSearchSeconds: SLICE_SEARCH_SECONDS,
     splitUtterances: bool(env, 'BATCH_SPLIT_UTTERANCES', true),
-    utteranceMinPauseSeconds: num(env, 'BATCH_UTTERANCE_MIN_PAUSE_SECONDS', 0.4, 0.05),
-    utteranceMaxSeconds: num(env, 'BATCH_UTTERANCE_MAX_SECONDS', 30, 1),
-    utteranceMinSeconds: num(env, 'BATCH_UTTERANCE_MIN_SECONDS', 5, 0),
-    leaseSeconds: num(env, 'BATCH_LEASE_SECONDS', 30, 1),
-    sweepIntervalMs: int(env, 'BATCH_SWEEP_INTERVAL_MS', 10_000, 100),
+    utteranceMinPauseSeconds: UTTERANCE_MIN_PAUSE_SECONDS,
+    utteranceMaxSeconds: UTTERANCE_MAX_SECONDS,
+    utteranceMinSeconds: UTTERANCE_MIN_SECONDS,
+    leaseSeconds,
+    // Three looks per lease: a crashed run resumes within about 1.3 leases.
+    sweepIntervalMs: Math.max(100, Math.min(10_000, Math.floor((leaseSeconds * 1000) / 3))),
     engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),
-    chunkAttempts: int(env, 'BATCH_CHUNK_ATTEMPTS', 3, 1),
+    chunkAttempts: CHUNK_ATTEMPTS,
     engineTimeoutBaseMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS', 30_000, 1),
     engineTimeoutPerAudioSecondMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
-    decodeTimeoutMs: int(env, 'BATCH_DECODE_TIMEOUT_MS', 10 * 60_000, 100),
+    decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
     storage: {
       driver,
@@ -170,15 +204,15 @@ export function batchConfig(env: Env): BatchConfig {
         accessKeyId: str(env, 'S3_ACCESS_KEY_ID'),
         secretAccessKey: str(env, 'S3_SECRET_ACCESS_KEY'),
         forcePathStyle: bool(env, 'S3_FORCE_PATH_STYLE', true),
-        connectTimeoutMs: int(env, 'S3_CONNECT_TIMEOUT_MS', 5_000, 1),
-        requestTimeoutMs: int(env, 'S3_REQUEST_TIMEOUT_MS', 30_000, 1),
+        connectTimeoutMs: S3_CONNECT_TIMEOUT_MS,
+        requestTimeoutMs: S3_REQUEST_TIMEOUT_MS,
       },
       prefix,
     },
     outbound: {
       allow: list(env, 'OUTBOUND_ALLOW'),
-      maxRedirects: int(env, 'OUTBOUND_MAX_REDIRECTS', 5, 0),
-      connectTimeoutMs: int(env, 'OUTBOUND_CONNECT_TIMEOUT_MS', 10_000, 10),
+      maxRedirects: OUTBOUND_MAX_REDIRECTS,
+      connectTimeoutMs: OUTBOUND_CONNECT_TIMEOUT_MS,
     },
     review: {
       url: str(env, 'REVIEW_API_URL'),
@@ -186,22 +220,22 @@ export function batchConfig(env: Env): BatchConfig {
       apiKey: str(env, 'REVIEW_API_KEY'),
       stages: (stages.length ? stages : ['annotate', 'correct']) as ('annotate' | 'correct')[],
       timeoutMs: int(env, 'REVIEW_TIMEOUT_MS', 60_000, 100),
-      lowConfidence: num(env, 'REVIEW_LOW_CONFIDENCE', 0.5, 0),
-      maxTerms: int(env, 'BATCH_REVIEW_MAX_TERMS', 1000, 1, 100_000),
+      lowConfidence: REVIEW_LOW_CONFIDENCE,
+      maxTerms: REVIEW_MAX_TERMS,
     },
     metadata: {
       maxBytes: int(env, 'BATCH_METADATA_MAX_BYTES', 64 * 1024, 2, 16 * 1024 * 1024),
-      maxDepth: int(env, 'BATCH_METADATA_MAX_DEPTH', 8, 1, 1000),
+      maxDepth: METADATA_MAX_DEPTH,
     },
     webhook: {
       secret: str(env, 'WEBHOOK_SECRET'),
       secretFile: path.join(dataDir, 'webhook-secret'),
-      timeoutMs: int(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100),
+      timeoutMs: WEBHOOK_TIMEOUT_MS,
       maxAttempts: int(env, 'WEBHOOK_MAX_ATTEMPTS', 12, 1),
       baseDelaySeconds: num(env, 'WEBHOOK_BASE_DELAY_SECONDS', 30, 0),
       maxDelaySeconds: num(env, 'WEBHOOK_MAX_DELAY_SECONDS', 3 * 3600, 0),
-      maxResponseBytes: int(env, 'WEBHOOK_MAX_RESPONSE_BYTES', 64 * 1024, 0),
-      recoverAfterSeconds: int(env, 'WEBHOOK_RECOVER_AFTER_SECONDS', 300, 1),
+      maxResponseBytes: WEBHOOK_MAX_RESPONSE_BYTES,
+      recoverAfterSeconds: WEBHOOK_RECOVER_AFTER_SECONDS,
     },
   };
 }

@@ -2,6 +2,25 @@ import path from 'node:path';
 import { type Env, ConfigError, str, int, bool, json, num } from './env.js';
 import type { PlanLimits } from '../plans.js';
 
+// Internal tuning of the platform (not environment variables; docs/decisions.md, "Configuration surface").
+/** Largest JSON request body. */
+export const MAX_JSON_BODY_BYTES = 1024 * 1024;
+/** `service` in /health and `owned_by` of the model list. */
+export const SERVICE_NAME = 'stt-service';
+/** Lifetime of `rt_` session tokens: the interface fixes 60 s (2.8). */
+export const SESSION_TOKEN_TTL_SECONDS = 60;
+/** A key lookup is trusted this long: a revoked key must be refused everywhere within 2 s. */
+export const AUTH_CACHE_TTL_MS = 1000;
+/** Buffered last-used times are written to Postgres this often (one batched statement). */
+export const AUTH_LAST_USED_FLUSH_MS = 5000;
+/** Embedded start: restart backoff of the realtime process and Postgres (doubling from base to max). */
+export const EMBEDDED_RESTART_BASE_MS = 500;
+export const EMBEDDED_RESTART_MAX_MS = 30_000;
+/** Retry-After of a 503 answered while Postgres, Redis or storage is unreachable. */
+export const DEPENDENCY_RETRY_AFTER_SECONDS = 5;
+/** Retry-After of the embedded proxy's 503 while the realtime process is down. */
+export const REALTIME_RETRY_AFTER_SECONDS = 2;
+
 export interface PlatformConfig {
   /** Directory for embedded Postgres data, generated secrets and local artifacts. */
   dataDir: string;
@@ -77,7 +96,7 @@ export function platformConfig(env: Env): PlatformConfig {
     http: {
       host: str(env, 'HOST', '0.0.0.0'),
       port: int(env, 'PORT', 8080, 0),
-      maxJsonBytes: int(env, 'MAX_JSON_BODY_BYTES', 1024 * 1024, 1),
+      maxJsonBytes: MAX_JSON_BODY_BYTES,
       shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
       drainDelayMs: int(env, 'SHUTDOWN_DRAIN_DELAY_MS', 0, 0),
       trustProxy: bool(env, 'TRUST_PROXY', false),
@@ -90,11 +109,9 @@ export function platformConfig(env: Env): PlatformConfig {
     auth: {
       adminToken: str(env, 'GATEWAY_ADMIN_TOKEN'),
       sessionTokenSecret: str(env, 'GATEWAY_SESSION_TOKEN_SECRET'),
-      // The interface fixes 60 s (2.8); shorter is allowed, longer is not.
-      sessionTokenTtlSeconds: int(env, 'SESSION_TOKEN_TTL_SECONDS', 60, 1, 60),
-      // A revoked key must be refused everywhere within 2 s: the cache may never trust a lookup longer.
-      keyCacheTtlMs: int(env, 'AUTH_CACHE_TTL_MS', 1000, 0, 2000),
-      lastUsedFlushMs: int(env, 'AUTH_LAST_USED_FLUSH_MS', 5000, 10),
+      sessionTokenTtlSeconds: SESSION_TOKEN_TTL_SECONDS,
+      keyCacheTtlMs: AUTH_CACHE_TTL_MS,
+      lastUsedFlushMs: AUTH_LAST_USED_FLUSH_MS,
     },
     plans: {
       overrides: json<Record<string, Partial<PlanLimits>>>(env, 'PLANS_JSON', {}),
@@ -104,16 +121,16 @@ export function platformConfig(env: Env): PlatformConfig {
     pollRequestsPerMinute: int(env, 'POLL_REQUESTS_PER_MINUTE', 600, 0),
     logLevel: str(env, 'LOG_LEVEL', 'info'),
     accessLogSample: fraction(env, 'ACCESS_LOG_SAMPLE', 1),
-    serviceName: str(env, 'SERVICE_NAME', 'stt-service'),
+    serviceName: SERVICE_NAME,
     metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
     embedded: {
       pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
-      restartBaseMs: int(env, 'EMBEDDED_RESTART_BASE_MS', 500, 10),
-      restartMaxMs: int(env, 'EMBEDDED_RESTART_MAX_MS', 30_000, 10),
+      restartBaseMs: EMBEDDED_RESTART_BASE_MS,
+      restartMaxMs: EMBEDDED_RESTART_MAX_MS,
     },
     failure: {
-      retryAfterSeconds: int(env, 'DEPENDENCY_RETRY_AFTER_SECONDS', 5, 1, 3600),
-      realtimeRetryAfterSeconds: int(env, 'REALTIME_RETRY_AFTER_SECONDS', 2, 1, 3600),
+      retryAfterSeconds: DEPENDENCY_RETRY_AFTER_SECONDS,
+      realtimeRetryAfterSeconds: REALTIME_RETRY_AFTER_SECONDS,
     },
     playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
   };

@@ -2,7 +2,7 @@ import os from 'node:os';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Env, str, int, num, bool, list } from './env.js';
+import { type Env, str, int, bool, list } from './env.js';
 import type { SegmenterSettings } from '../vad/segmenter.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -80,8 +80,6 @@ export interface RealtimeConfig {
    * speech engine; sessions already open keep their utterances. 0 = no limit.
    */
   overload: { maxSessions: number; maxQueuedUtterances: number; retryAfterSeconds: number };
-  /** With a remote worker pool, run the speech client in a worker thread (off the WebSocket loop). */
-  engineThread: boolean;
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
   requireNativeUws: boolean;
   /** Where the API proxies upgrades to in embedded mode (host:port of this process). */
@@ -89,68 +87,89 @@ export interface RealtimeConfig {
   /**
    * The realtime instances' readiness URLs the API's /readyz checks (interface
    * 4.2: ready when realtime traffic can be accepted, so when any answers 200).
-   * REALTIME_READY_URLS, else the proxy target's /readyz, else none.
+   * REALTIME_READY_URLS, else the proxy target's /readyz (loadConfig), else none.
    */
   readyUrls: string[];
 }
 
-function readyUrls(env: Env): string[] {
-  const given = list(env, 'REALTIME_READY_URLS');
-  if (given.length) return given;
-  const target = str(env, 'REALTIME_PROXY_TARGET');
-  return target ? [`http://${target}/readyz`] : [];
-}
+// Internal tuning of the realtime tier (not environment variables; docs/decisions.md, "Configuration surface").
+/** Interface 7: largest audio frame (binary frame, or decoded base64 of one append); 1009 above. */
+export const MAX_FRAME_BYTES = 1024 * 1024;
+/** Transport cap on one WebSocket message (uWS drops the connection above it); frames between the two get 1009. */
+export const MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
+/** Interface 7: soft / hard in-flight audio to the speech upstream (service.throttled / close 1013). */
+export const UPSTREAM_SOFT_BYTES = 1024 * 1024;
+export const UPSTREAM_HARD_BYTES = 8 * 1024 * 1024;
+/** Unsent bytes queued for a client above which it closes 1013 client_backpressure. */
+export const CLIENT_BACKPRESSURE_BYTES = 1024 * 1024;
+/** Session housekeeping (idle, duration limits) runs this often. */
+export const TICK_MS = 1000;
+/** Circuit breaker over the speech upstream: consecutive failures that open it, and how long it stays open. */
+export const BREAKER_FAILURES = 5;
+export const BREAKER_OPEN_MS = 10_000;
+/** Retry-After of an upgrade refused for overload. */
+export const OVERLOAD_RETRY_AFTER_SECONDS = 2;
+/** Allowed upper bound of a session's vadMaxSpeechMs. */
+export const MAX_SPEECH_MS_CAP = 60_000;
+/**
+ * Server VAD defaults of a new session (docs/realtime.md, "Server VAD"); a
+ * client changes every one through `session.update`.
+ */
+export const VAD_DEFAULTS: Readonly<VadDefaults> = {
+  vad: true,
+  threshold: 0.5,
+  silenceMs: 500,
+  prefixMs: 300,
+  minSpeechMs: 250,
+  targetSpeechMs: 15_000,
+  maxSpeechMs: 30_000,
+  smartSplitWindowMs: 2_000,
+};
+/** VAD cost controls (docs/realtime.md, "Server VAD"): gate, state pool, batching, speech hold. */
+export const VAD_TUNING = {
+  gateDbfs: -50,
+  poolWarm: 2,
+  poolMax: 512,
+  releaseAfterMs: 3_000,
+  batchWaitMs: 20,
+  batchWindows: 64,
+  holdDb: 6,
+  maxSkip: 4,
+} as const;
 
 export function realtimeConfig(env: Env): RealtimeConfig {
+  const leaseTtlMs = int(env, 'REALTIME_LEASE_TTL_MS', 15_000, 1000);
   return {
     host: str(env, 'REALTIME_HOST', '0.0.0.0'),
     port: int(env, 'REALTIME_PORT', 8081, 0),
     enabled: bool(env, 'REALTIME_ENABLED', true),
-    maxFrameBytes: int(env, 'REALTIME_MAX_FRAME_BYTES', 1024 * 1024, 1),
-    maxMessageBytes: int(env, 'REALTIME_MAX_MESSAGE_BYTES', 8 * 1024 * 1024, 1024),
-    upstreamSoftBytes: int(env, 'REALTIME_UPSTREAM_SOFT_BYTES', 1024 * 1024, 1),
-    upstreamHardBytes: int(env, 'REALTIME_UPSTREAM_HARD_BYTES', 8 * 1024 * 1024, 1),
-    clientBackpressureBytes: int(env, 'REALTIME_CLIENT_BACKPRESSURE_BYTES', 1024 * 1024, 1),
-    leaseTtlMs: int(env, 'REALTIME_LEASE_TTL_MS', 15_000, 1000),
-    leaseRenewMs: int(env, 'REALTIME_LEASE_RENEW_MS', 5_000, 100),
-    tickMs: int(env, 'REALTIME_TICK_MS', 1000, 10),
+    maxFrameBytes: MAX_FRAME_BYTES,
+    maxMessageBytes: MAX_MESSAGE_BYTES,
+    upstreamSoftBytes: UPSTREAM_SOFT_BYTES,
+    upstreamHardBytes: UPSTREAM_HARD_BYTES,
+    clientBackpressureBytes: CLIENT_BACKPRESSURE_BYTES,
+    leaseTtlMs,
+    // Three renewals per TTL: a lease survives one late renewal.
+    leaseRenewMs: Math.max(100, Math.floor(leaseTtlMs / 3)),
+    tickMs: TICK_MS,
     closeDrainMs: int(env, 'REALTIME_CLOSE_DRAIN_MS', 10_000, 0),
     overload: {
       maxSessions: int(env, 'REALTIME_MAX_SESSIONS', 500, 0),
       maxQueuedUtterances: int(env, 'REALTIME_MAX_QUEUED_UTTERANCES', 64, 0),
-      retryAfterSeconds: int(env, 'REALTIME_OVERLOAD_RETRY_AFTER_SECONDS', 2, 1),
+      retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
     },
-    breaker: {
-      failureThreshold: int(env, 'REALTIME_BREAKER_FAILURES', 5, 1),
-      openMs: int(env, 'REALTIME_BREAKER_OPEN_MS', 10_000, 100),
-    },
+    breaker: { failureThreshold: BREAKER_FAILURES, openMs: BREAKER_OPEN_MS },
     transcribeTimeoutMs: int(env, 'REALTIME_TRANSCRIBE_TIMEOUT_MS', 30_000, 100),
-    vadDefaults: {
-      vad: bool(env, 'REALTIME_VAD', true),
-      threshold: num(env, 'REALTIME_VAD_THRESHOLD', 0.5, 0),
-      silenceMs: int(env, 'REALTIME_VAD_SILENCE_MS', 500, 0),
-      prefixMs: int(env, 'REALTIME_VAD_PREFIX_MS', 300, 0),
-      minSpeechMs: int(env, 'REALTIME_VAD_MIN_SPEECH_MS', 250, 0),
-      targetSpeechMs: int(env, 'REALTIME_VAD_TARGET_SPEECH_MS', 15_000, 0),
-      maxSpeechMs: int(env, 'REALTIME_VAD_MAX_SPEECH_MS', 30_000, 1000),
-      smartSplitWindowMs: int(env, 'REALTIME_VAD_SMART_SPLIT_WINDOW_MS', 2_000, 0),
-    },
+    vadDefaults: { ...VAD_DEFAULTS },
     vad: {
       threads: int(env, 'REALTIME_VAD_THREADS', Math.max(1, os.availableParallelism() - 1), 0),
-      modelPath: str(env, 'REALTIME_VAD_MODEL', sileroModelPath()),
-      gateDbfs: num(env, 'REALTIME_VAD_GATE_DBFS', -50),
-      poolWarm: int(env, 'REALTIME_VAD_POOL_WARM', 2, 0),
-      poolMax: int(env, 'REALTIME_VAD_POOL_MAX', 512, 0),
-      releaseAfterMs: int(env, 'REALTIME_VAD_RELEASE_MS', 3_000, 0),
-      batchWaitMs: int(env, 'REALTIME_VAD_BATCH_WAIT_MS', 20, 0),
-      batchWindows: int(env, 'REALTIME_VAD_BATCH_WINDOWS', 64, 1),
-      holdDb: num(env, 'REALTIME_VAD_HOLD_DB', 6, 0),
-      maxSkip: int(env, 'REALTIME_VAD_MAX_SKIP', 4, 0),
+      modelPath: sileroModelPath(),
+      ...VAD_TUNING,
     },
-    maxSpeechMsCap: int(env, 'REALTIME_MAX_SPEECH_MS_CAP', 60_000, 1000),
-    engineThread: bool(env, 'REALTIME_ENGINE_THREAD', false),
-    requireNativeUws: bool(env, 'REALTIME_REQUIRE_NATIVE_UWS', true),
-    upstreamProxyTarget: str(env, 'REALTIME_PROXY_TARGET'),
-    readyUrls: readyUrls(env),
+    maxSpeechMsCap: MAX_SPEECH_MS_CAP,
+    requireNativeUws: true,
+    // Set by the embedded start (scripts/start.ts) to the realtime process it runs.
+    upstreamProxyTarget: undefined,
+    readyUrls: list(env, 'REALTIME_READY_URLS'),
   };
 }

@@ -103,15 +103,25 @@ function parseWorkers(entries: string[]): RemoteWorkerConfig[] {
   });
 }
 
-function decoderArgs(value: string): string[] {
-  const args = value.split(/\s+/).filter(Boolean);
-  if (args.length % 2 !== 0 || args.some((a, i) => i % 2 === 0 && !/^-[a-z_]+$/.test(a))) {
-    throw new ConfigError(`POCKETSPHINX_ARGS must be "-name value" pairs, got "${value}"`);
-  }
-  return args;
-}
-
 export const POCKETSPHINX_MODEL_DIR = '/usr/share/pocketsphinx/model/en-us';
+
+// Internal tuning of the speech engines (not environment variables; docs/decisions.md, "Configuration surface").
+/** Shared libraries of the built-in engine (the Debian/Ubuntu packages scripts/setup.sh installs). */
+export const POCKETSPHINX_LIBRARY = 'libpocketsphinx.so.3';
+export const SPHINXBASE_LIBRARY = 'libsphinxbase.so.3';
+/** More decoder arguments: skip the flat-lexicon second pass. */
+export const POCKETSPHINX_ARGS = ['-fwdflat', 'no'];
+/** Decoder arguments of the streaming form, after POCKETSPHINX_ARGS (bounds on the search per frame). */
+export const STREAM_DECODER_ARGS = ['-maxhmmpf', '3000'];
+/** Longest wait of a built-in request for a free decoder. */
+export const BUILTIN_QUEUE_TIMEOUT_MS = 60_000;
+/** Remote pool: how often and how patiently each worker's /health is checked. */
+export const WORKER_HEALTH_INTERVAL_MS = 2000;
+export const WORKER_HEALTH_TIMEOUT_MS = 500;
+/** ffmpeg is killed after this long (segment uploads and realtime CLI input). */
+export const AUDIO_DECODE_TIMEOUT_MS = 30_000;
+/** Model identifier reported when the client names none and the built-in engine answers. */
+export const BUILTIN_MODEL_ID = 'pocketsphinx-en-us';
 
 export function speechConfig(env: Env): SpeechConfig {
   const workers = parseWorkers(list(env, 'STT_WORKER_URLS'));
@@ -127,25 +137,21 @@ export function speechConfig(env: Env): SpeechConfig {
     engine,
     builtin: {
       threads: int(env, 'STT_THREADS', Math.max(1, os.availableParallelism()), 1),
-      hmm: str(env, 'POCKETSPHINX_HMM', `${modelDir}/en-us`),
-      lm: str(env, 'POCKETSPHINX_LM', `${modelDir}/en-us.lm.bin`),
-      dict: str(env, 'POCKETSPHINX_DICT', `${modelDir}/cmudict-en-us.dict`),
-      pocketsphinxLibrary: str(env, 'POCKETSPHINX_LIBRARY', 'libpocketsphinx.so.3'),
-      sphinxbaseLibrary: str(env, 'SPHINXBASE_LIBRARY', 'libsphinxbase.so.3'),
-      extraArgs: decoderArgs(str(env, 'POCKETSPHINX_ARGS', '-fwdflat no')),
-      queueTimeoutMs: int(env, 'STT_BUILTIN_QUEUE_TIMEOUT_MS', 60_000, 1),
+      hmm: `${modelDir}/en-us`,
+      lm: `${modelDir}/en-us.lm.bin`,
+      dict: `${modelDir}/cmudict-en-us.dict`,
+      pocketsphinxLibrary: POCKETSPHINX_LIBRARY,
+      sphinxbaseLibrary: SPHINXBASE_LIBRARY,
+      extraArgs: [...POCKETSPHINX_ARGS],
+      queueTimeoutMs: BUILTIN_QUEUE_TIMEOUT_MS,
       timeoutBaseMs: int(env, 'STT_BUILTIN_TIMEOUT_BASE_MS', 10_000, 1),
       timeoutPerAudioSecondMs: int(env, 'STT_BUILTIN_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
       maxQueue: int(env, 'STT_BUILTIN_MAX_QUEUE', 64, 0),
       streaming: bool(env, 'STT_STREAMING', true),
       streamThreads: int(env, 'STT_STREAM_THREADS', Math.max(1, os.availableParallelism()), 1),
       streamDecoders: int(env, 'STT_STREAM_DECODERS', 16, 1),
-      streamExtraArgs: decoderArgs(str(env, 'STT_STREAM_ARGS', '-maxhmmpf 3000')),
-      streamCmn: {
-        bootstrapFrames: int(env, 'STT_STREAM_CMN_BOOTSTRAP_FRAMES', DEFAULT_CMN.bootstrapFrames, 0),
-        priorFrames: DEFAULT_CMN.priorFrames,
-        window: int(env, 'STT_STREAM_CMN_WINDOW_FRAMES', DEFAULT_CMN.window, 1),
-      },
+      streamExtraArgs: [...STREAM_DECODER_ARGS],
+      streamCmn: { ...DEFAULT_CMN },
     },
     remote: {
       workers,
@@ -154,17 +160,17 @@ export function speechConfig(env: Env): SpeechConfig {
       attemptTimeoutMs,
       maxAttempts,
       budgetMs: int(env, 'STT_BUDGET_MS', attemptTimeoutMs * maxAttempts, 1),
-      healthIntervalMs: int(env, 'STT_HEALTH_INTERVAL_MS', 2000, 50),
-      healthTimeoutMs: int(env, 'STT_HEALTH_TIMEOUT_MS', 500, 1),
+      healthIntervalMs: WORKER_HEALTH_INTERVAL_MS,
+      healthTimeoutMs: WORKER_HEALTH_TIMEOUT_MS,
       pinnedFallback: bool(env, 'STT_PINNED_FALLBACK', false),
     },
     audio: {
       ffmpegPath: str(env, 'FFMPEG_PATH', 'ffmpeg'),
-      decodeTimeoutMs: int(env, 'AUDIO_DECODE_TIMEOUT_MS', 30_000, 1),
+      decodeTimeoutMs: AUDIO_DECODE_TIMEOUT_MS,
     },
     segment: {
       maxUploadBytes: Math.round(num(env, 'SEGMENT_MAX_UPLOAD_MB', 25, 0.001) * 1024 * 1024),
-      defaultModel: str(env, 'SEGMENT_DEFAULT_MODEL', 'pocketsphinx-en-us'),
+      defaultModel: BUILTIN_MODEL_ID,
     },
     engineServer: {
       host: str(env, 'ENGINE_HOST', '127.0.0.1'),

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { type Env, ConfigError, str, int } from './env.js';
+import { type Env, str } from './env.js';
 
 /** The usage ledger (shared/usage): checkpoints, leases and the spool used while Postgres is down. */
 export interface UsageLedgerConfig {
@@ -22,37 +22,32 @@ export interface UsageLedgerConfig {
   spoolOrphanMs: number;
 }
 
-export function usageLedgerConfig(env: Env, dataDir: string): UsageLedgerConfig {
-  // One lease TTL by default is the realtime tier's: a killed instance's sessions lapse when its connection slots free.
-  const leaseTtlMs = int(env, 'USAGE_LEASE_TTL_MS', int(env, 'REALTIME_LEASE_TTL_MS', 15_000, 1000), 200);
-  // At least three checkpoints (lease renewals) per lease TTL unless set otherwise.
-  const checkpointMs = int(
-    env,
-    'USAGE_CHECKPOINT_MS',
-    Math.max(100, Math.min(2000, Math.floor(leaseTtlMs / 3))),
-    100,
-  );
-  if (leaseTtlMs <= checkpointMs) {
-    throw new ConfigError(
-      `USAGE_LEASE_TTL_MS (${leaseTtlMs}) must be longer than USAGE_CHECKPOINT_MS (${checkpointMs})`,
-    );
-  }
-  const retryMaxMs = int(env, 'USAGE_RETRY_MAX_MS', 10_000, 10);
-  const spoolOrphanMs = int(env, 'USAGE_SPOOL_ORPHAN_MS', 120_000, 1000);
-  if (spoolOrphanMs < 3 * retryMaxMs) {
-    throw new ConfigError(
-      `USAGE_SPOOL_ORPHAN_MS (${spoolOrphanMs}) must be at least 3 x USAGE_RETRY_MAX_MS (${retryMaxMs})`,
-    );
-  }
+// Internal tuning of the usage ledger (not environment variables; docs/decisions.md, "Configuration surface").
+/** A usage write slower than this goes to the spool. */
+export const USAGE_WRITE_TIMEOUT_MS = 5000;
+/** Backoff between replays of the spool. */
+export const USAGE_RETRY_MIN_MS = 250;
+export const USAGE_RETRY_MAX_MS = 10_000;
+/** Spool size at which new billable work is refused (503 `usage_unavailable`) instead of served unbilled. */
+export const USAGE_SPOOL_MAX_UNITS = 200_000;
+/** A spool file untouched this long belongs to a dead process (at least 3 x the longest replay backoff). */
+export const USAGE_SPOOL_ORPHAN_MS = 120_000;
+
+/**
+ * The ledger's lease is the realtime tier's connection lease (REALTIME_LEASE_TTL_MS):
+ * a killed instance's sessions lapse when its connection slots free. Checkpoints
+ * and sweeps run at least three times per lease.
+ */
+export function usageLedgerConfig(env: Env, dataDir: string, leaseTtlMs: number): UsageLedgerConfig {
   return {
-    checkpointMs,
+    checkpointMs: Math.max(100, Math.min(2000, Math.floor(leaseTtlMs / 3))),
     leaseTtlMs,
-    sweepMs: int(env, 'USAGE_SWEEP_MS', Math.min(5000, Math.ceil(leaseTtlMs / 3)), 50),
-    writeTimeoutMs: int(env, 'USAGE_WRITE_TIMEOUT_MS', 5000, 50),
-    retryMinMs: Math.min(int(env, 'USAGE_RETRY_MIN_MS', 250, 10), retryMaxMs),
-    retryMaxMs,
+    sweepMs: Math.max(50, Math.min(5000, Math.ceil(leaseTtlMs / 3))),
+    writeTimeoutMs: USAGE_WRITE_TIMEOUT_MS,
+    retryMinMs: USAGE_RETRY_MIN_MS,
+    retryMaxMs: USAGE_RETRY_MAX_MS,
     spoolDir: path.resolve(str(env, 'USAGE_SPOOL_DIR', path.join(dataDir, 'usage-spool'))),
-    spoolMaxUnits: int(env, 'USAGE_SPOOL_MAX_UNITS', 200_000, 1),
-    spoolOrphanMs,
+    spoolMaxUnits: USAGE_SPOOL_MAX_UNITS,
+    spoolOrphanMs: USAGE_SPOOL_ORPHAN_MS,
   };
 }

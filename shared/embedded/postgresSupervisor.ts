@@ -8,7 +8,7 @@
  * It also keeps Postgres up: a probe every second; after two failed probes
  * in a row (the server died or hangs) a new server is started on the same
  * data directory, with backoff (EMBEDDED_RESTART_BASE_MS doubling to
- * EMBEDDED_RESTART_MAX_MS). The service's pools reconnect by themselves.
+ * EMBEDDED_RESTART_MAX_MS, constants in shared/config/platform.ts). The service's pools reconnect by themselves.
  */
 import pg from 'pg';
 import { createLogger } from '../logger.js';

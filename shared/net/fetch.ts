@@ -11,6 +11,7 @@ import https from 'node:https';
 import type { LookupFunction, Socket } from 'node:net';
 import type { Writable } from 'node:stream';
 import { AddressPolicy, isIpLiteral } from './address.js';
+import { OUTBOUND_CONNECT_TIMEOUT_MS, OUTBOUND_MAX_REDIRECTS } from '../config/batch.js';
 
 export type OutboundErrorCode =
   | 'invalid_url'
@@ -109,7 +110,8 @@ export class OutboundClient {
 
   async request(rawUrl: string, opts: OutboundOptions = {}): Promise<OutboundResponse> {
     const method = opts.method ?? 'GET';
-    const maxRedirects = method === 'GET' ? (opts.maxRedirects ?? this.defaults.maxRedirects ?? 5) : 0;
+    const maxRedirects =
+      method === 'GET' ? (opts.maxRedirects ?? this.defaults.maxRedirects ?? OUTBOUND_MAX_REDIRECTS) : 0;
     const deadline = opts.timeoutMs ? Date.now() + opts.timeoutMs : Infinity;
     let url = OutboundClient.parseUrl(rawUrl);
     for (let hop = 0; ; hop++) {
@@ -167,7 +169,7 @@ export class OutboundClient {
         headers: opts.headers,
         agent: false,
         lookup: this.guardedLookup(host),
-        timeout: opts.connectTimeoutMs ?? this.defaults.connectTimeoutMs ?? 10_000,
+        timeout: opts.connectTimeoutMs ?? this.defaults.connectTimeoutMs ?? OUTBOUND_CONNECT_TIMEOUT_MS,
       });
       if (opts.signal) {
         if (opts.signal.aborted) return onAbort();

@@ -2,6 +2,7 @@
  * Turns recognized words (with times and confidences) into the transcript
  * shape every plane returns: text, sentence-like segments and words.
  */
+import { round3 } from '../numbers.js';
 import type { Transcript, TranscriptSegment, TranscriptWord } from './types.js';
 
 /** A pause this long between two words starts a new segment. */
@@ -9,7 +10,6 @@ const SEGMENT_PAUSE_SECONDS = 0.5;
 /** Segments are cut before they grow longer than this (subtitle-sized). */
 const SEGMENT_MAX_SECONDS = 10;
 
-const round = (x: number) => Math.round(x * 1000) / 1000;
 
 export function groupSegments(words: TranscriptWord[]): TranscriptSegment[] {
   const segments: TranscriptSegment[] = [];
@@ -22,7 +22,7 @@ export function groupSegments(words: TranscriptWord[]): TranscriptSegment[] {
       start: current[0].start,
       end: current[current.length - 1].end,
       text: current.map((w) => w.word).join(' '),
-      confidence: round(confidence),
+      confidence: round3(confidence),
     });
     current = [];
   };
@@ -46,14 +46,14 @@ export function buildTranscript(
 ): Transcript {
   const rounded = words.map((w) => ({
     ...w,
-    start: round(w.start),
-    end: round(w.end),
-    confidence: round(w.confidence),
+    start: round3(w.start),
+    end: round3(w.end),
+    confidence: round3(w.confidence),
   }));
   return {
     text: rounded.map((w) => w.word).join(' '),
     language,
-    duration: round(durationSeconds),
+    duration: round3(durationSeconds),
     segments: groupSegments(rounded),
     words: rounded,
   };

@@ -31,8 +31,8 @@ import {
   WINDOW_SAMPLES,
   SAMPLE_RATE,
   isDeferred,
+  type Classifier,
   type DeferredClassifier,
-  type WindowClassifier,
 } from './silero.js';
 
 export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
@@ -74,7 +74,7 @@ export type SegmenterEvent =
 
 export interface ClassifierSource {
   /** A classifier for the given threshold, or null (energy fallback is used). */
-  acquire(threshold: number): WindowClassifier | null;
+  acquire(threshold: number): Classifier | null;
 }
 
 export interface SegmenterOptions {
@@ -87,17 +87,11 @@ export interface SegmenterOptions {
    * above the stream's noise floor, right after a model "speech" answer, is
    * speech without running the model (0 disables). The model still runs at
    * least every `maxSkip + 1` windows and on every quieter window, so pauses
-   * (what ends utterances) are always judged by silero.
+   * (what ends utterances) are always judged by silero. Values: VAD_TUNING
+   * in shared/config/realtime.ts; without `maxSkip` the hold skips nothing.
    */
   holdDb?: number;
   maxSkip?: number;
-  /**
-   * Batched model calls (VAD threads): a window that needs the model is
-   * queued on the classifier's model and the stream waits (`blocked`) until
-   * the owner has run the model and called `resume()`. Only with classifiers
-   * that support it (silero.ts); otherwise every call is synchronous.
-   */
-  deferred?: boolean;
   /** Emit `audio` events while an utterance is open (see above). */
   streamAudio?: boolean;
 }
@@ -129,11 +123,10 @@ export class Segmenter {
   private readonly gateRms: number;
   private readonly fallbackRms: number;
   private readonly releaseAfterW: number;
-  private readonly deferred: boolean;
   private readonly streamAudio: boolean;
   /** Windows of the open utterance already sent out in `audio` events. */
   private fed = 0;
-  /** Window waiting for a batched model call (deferred mode). */
+  /** Window waiting for a batched model call. */
   private awaiting: Win | null = null;
 
   private remainder: Buffer = EMPTY;
@@ -148,7 +141,7 @@ export class Segmenter {
   private speechW = 0;
   private silenceRun = 0;
   private lastSpeechIdx = -1;
-  private classifier: WindowClassifier | null = null;
+  private classifier: Classifier | null = null;
   private classifierThreshold = -1;
   private gatedRun = 0;
   private readonly holdRatio: number;
@@ -170,8 +163,7 @@ export class Segmenter {
     this.fallbackRms = Math.pow(10, (opts.gateDbfs + ENERGY_FALLBACK_MARGIN_DB) / 20);
     this.releaseAfterW = ms2w(opts.releaseAfterMs);
     this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
-    this.maxSkip = opts.maxSkip ?? 2;
-    this.deferred = opts.deferred ?? false;
+    this.maxSkip = opts.maxSkip ?? 0;
     this.streamAudio = opts.streamAudio ?? false;
     this.configure(settings);
   }
@@ -203,9 +195,9 @@ export class Segmenter {
   }
 
   /**
-   * Deferred mode: a window waits for the model. Until the owner runs the
-   * model and calls `resume()`, `push` only queues audio, and `flush` and
-   * `configure` must not be called.
+   * A window waits for a batched model call (a deferred classifier, silero.ts):
+   * until the owner has run the model and called `resume()` (rounds.ts does),
+   * `push` only queues audio, and `flush` and `configure` must not be called.
    */
   get blocked(): boolean {
     return this.awaiting !== null;
@@ -221,7 +213,7 @@ export class Segmenter {
     return out;
   }
 
-  /** Deferred mode: the model has run; finishes the waiting window and goes on with queued audio. */
+  /** The model has run; finishes the waiting window and goes on with queued audio. */
   resume(): SegmenterEvent[] {
     const out: SegmenterEvent[] = [];
     const w = this.awaiting;
@@ -344,7 +336,7 @@ export class Segmenter {
     let speech: boolean;
     if (this.classifier) {
       this.modelCalls++;
-      if (this.deferred && isDeferred(this.classifier)) {
+      if (isDeferred(this.classifier)) {
         if (!this.classifier.submit(this.scratch)) return WAIT;
         speech = this.classifier.take();
       } else {

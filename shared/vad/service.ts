@@ -2,9 +2,9 @@
  * Where segmentation runs. A realtime session opens a `VadStream`, pushes
  * audio and receives segmenter events through a callback:
  *
- * - `InlineVad`: segmenters and silero in the calling thread; events are
- *   delivered synchronously inside `push`/`flush` (tests, small deployments).
- * - `ThreadedVad`: segmenters and one batched silero model per worker thread,
+ * - `InlineVad`: segmenters and silero in the calling thread, in rounds at
+ *   the end of each event-loop turn (tests, small deployments).
+ * - `ThreadedVad`: the same rounds with one batched silero model per worker thread,
  *   streams spread over the threads; frames are collected for up to
  *   `batchWaitMs` into one message per thread, events come back batched. The
  *   main thread (the WebSocket server's event loop) then only moves bytes, so
@@ -19,15 +19,10 @@ import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { SileroPool, type PoolStats } from './silero.js';
-import {
-  Segmenter,
-  WINDOW_BYTES,
-  type SegmenterEvent,
-  type SegmenterOptions,
-  type SegmenterSettings,
-} from './segmenter.js';
+import { WINDOW_BYTES, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
+import { SegmentationRounds, type VadEvent } from './rounds.js';
 
-export type VadEvent = SegmenterEvent | { type: 'flushed' };
+export type { VadEvent };
 
 export interface VadStream {
   push(pcm: Buffer): void;
@@ -70,38 +65,66 @@ export interface VadServiceOptions extends SegmenterOptions {
    * thread, so that the windows of many streams share one model call (0 = at
    * the end of each event-loop turn).
    */
-  batchWaitMs?: number;
+  batchWaitMs: number;
   /** ... unless this many windows of audio are already waiting. */
-  batchWindows?: number;
+  batchWindows: number;
 }
 
 export class InlineVad implements VadService {
   private streams = 0;
+  private nextId = 1;
+  private readonly handlers = new Map<number, (events: VadEvent[]) => void>();
+  private readonly rounds: SegmentationRounds;
+  private failed: Error | null = null;
+  private readonly failureListeners: ((err: Error) => void)[] = [];
+
   constructor(
     private readonly pool: SileroPool | null,
-    private readonly opts: SegmenterOptions,
-  ) {}
+    opts: SegmenterOptions,
+  ) {
+    this.rounds = new SegmentationRounds(
+      pool,
+      opts,
+      (out) => {
+        for (const [id, evs] of out) this.handlers.get(id)?.(evs);
+      },
+      (err) => {
+        this.failed = err;
+        for (const fn of this.failureListeners) fn(err);
+      },
+    );
+  }
+
+  onFailure(fn: (err: Error) => void): void {
+    this.failureListeners.push(fn);
+    if (this.failed) fn(this.failed);
+  }
+
+  get healthy(): boolean {
+    return !this.failed;
+  }
 
   open(
     settings: SegmenterSettings,
     onEvents: (events: VadEvent[]) => void,
     opts: VadStreamOptions = {},
   ): VadStream {
-    const seg = new Segmenter(settings, this.pool, { ...this.opts, streamAudio: opts.streamAudio });
+    const id = this.nextId++;
     this.streams++;
+    this.handlers.set(id, onEvents);
+    this.rounds.add({ op: 'open', id, settings, streamAudio: opts.streamAudio });
     let closed = false;
     return {
-      push: (pcm) => {
-        const evs = seg.push(pcm);
-        if (evs.length) onEvents(evs);
-      },
-      flush: () => onEvents([...seg.flush(), { type: 'flushed' }]),
-      configure: (s) => seg.configure(s),
+      // Copied now (the caller's bytes, a uWS ArrayBuffer, are only valid during its callback).
+      push: (pcm) => !closed && this.rounds.add({ op: 'push', id, pcm: Buffer.from(pcm) }),
+      flush: () => !closed && this.rounds.add({ op: 'flush', id }),
+      configure: (s) => !closed && this.rounds.add({ op: 'configure', id, settings: s }),
       close: () => {
         if (closed) return;
         closed = true;
         this.streams--;
-        seg.close();
+        this.handlers.delete(id);
+        this.rounds.add({ op: 'close', id });
       },
     };
   }
@@ -200,8 +223,8 @@ export class ThreadedVad implements VadService {
 
   static async start(threads: number, opts: VadServiceOptions): Promise<ThreadedVad> {
     const vad = new ThreadedVad();
-    vad.waitMs = opts.batchWaitMs ?? 0;
-    vad.batchBytes = (opts.batchWindows ?? 64) * WINDOW_BYTES;
+    vad.waitMs = opts.batchWaitMs;
+    vad.batchBytes = opts.batchWindows * WINDOW_BYTES;
     const perThread = {
       ...opts,
       poolWarm: Math.ceil(opts.poolWarm / threads),
@@ -339,7 +362,7 @@ export class ThreadedVad implements VadService {
 export async function createVadService(threads: number, opts: VadServiceOptions): Promise<VadService> {
   if (threads <= 0) {
     return new InlineVad(
-      new SileroPool({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }),
+      await SileroPool.load({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }),
       opts,
     );
   }

@@ -6,12 +6,13 @@
  * One `SileroModel` (one ONNX Runtime session) serves every stream of a
  * thread. Each stream's classifier (`SileroStream`) holds only what silero
  * carries from one window to the next: the LSTM state (2 x 128 floats), the
- * previous window, and the speech hysteresis. A stream either asks for its
- * flag at once (`isSpeech`, one model call of batch 1) or queues its window
+ * previous window, and the speech hysteresis. A stream queues its window
  * (`submit`) so that the windows of many streams are classified by one model
  * call (`SileroModel.run`, batch N): in one call the model's weights are read
  * once for all the streams, which is what makes hundreds of streams fit on a
- * core (measured in test/bench/realtime/silero-batch.ts).
+ * core (measured in test/bench/realtime/silero-batch.ts). Model calls go
+ * through onnxruntime-node's public, asynchronous `InferenceSession.run`;
+ * the rounds of submit / run / take are driven by rounds.ts.
  *
  * The flags are those of sherpa-onnx's `Vad` (used before) configured as a
  * per-window classifier (one-window min speech/silence), window for window:
@@ -25,15 +26,14 @@
  * Classifiers are pooled only for accounting and the `max` bound: a stream
  * holds one while it hears something above the energy gate (segmenter.ts).
  */
-import { createRequire } from 'node:module';
 import { existsSync, readFileSync } from 'node:fs';
+import { InferenceSession, Tensor } from 'onnxruntime-node';
+import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../audio/pcm.js';
 import { batchedSileroModel, frameWindow, FRAMED_INPUT, FRAMES, FRAME } from './sileroGraph.js';
-
-const require = createRequire(import.meta.url);
 
 /** Samples per model window at 16 kHz (32 ms), fixed by silero v5. */
 export const WINDOW_SAMPLES = 512;
-export const SAMPLE_RATE = 16_000;
+export { SAMPLE_RATE };
 /** Samples of the next window the model sees after the current one (silero v5 at 16 kHz). */
 const OVERLAP = 64;
 const INPUT = WINDOW_SAMPLES + OVERLAP;
@@ -43,6 +43,7 @@ const HIDDEN = 128;
 const MIN_SPEECH_SAMPLES = WINDOW_SAMPLES;
 const MIN_SILENCE_SAMPLES = WINDOW_SAMPLES;
 
+/** A classifier that answers at once (the energy fallback in tests, stand-ins). */
 export interface WindowClassifier {
   /** Speech flag for one 512-sample window (float samples in [-1, 1]). */
   isSpeech(window: Float32Array): boolean;
@@ -51,89 +52,51 @@ export interface WindowClassifier {
 }
 
 /**
- * A classifier whose windows can wait for a batched model call: `submit`
+ * A classifier whose windows wait for a batched model call: `submit`
  * queues the window (or answers at once, returning true, when no model call
- * is needed); after the owner's `SileroModel.run()`, `take()` gives the flag.
+ * is needed); once the owner's `SileroModel.run()` has resolved, `take()`
+ * gives the flag.
  */
-export interface DeferredClassifier extends WindowClassifier {
+export interface DeferredClassifier {
   submit(window: Float32Array): boolean;
   take(): boolean;
+  /** Give the model back; the classifier must not be used afterwards. */
+  release(): void;
 }
 
-export function isDeferred(c: WindowClassifier): c is DeferredClassifier {
+export type Classifier = WindowClassifier | DeferredClassifier;
+
+export function isDeferred(c: Classifier): c is DeferredClassifier {
   return typeof (c as DeferredClassifier).submit === 'function';
-}
-
-// ---- ONNX Runtime binding ----------------------------------------------------------------------
-
-interface OrtTensor {
-  data: Float32Array;
-  dims: readonly number[];
-}
-interface OrtSession {
-  loadModel(
-    buffer: ArrayBufferLike,
-    byteOffset: number,
-    byteLength: number,
-    options: Record<string, unknown>,
-  ): void;
-  run(
-    feeds: Record<string, OrtTensor>,
-    fetches: Record<string, OrtTensor | null>,
-    options: Record<string, unknown>,
-  ): Record<string, OrtTensor>;
-  dispose(): void;
-}
-interface Ort {
-  Tensor: new (type: string, data: Float32Array, dims: readonly number[]) => OrtTensor;
-  newSession(): OrtSession;
-}
-
-let ort: Ort | null = null;
-/**
- * onnxruntime-node's public `run` is a Promise resolved from a setImmediate around a
- * synchronous native call; the segmenter needs the flag synchronously (and a batch
- * per turn costs no extra turn), so the native session is used directly. The package
- * version is pinned in package.json for this reason.
- */
-function loadOrt(): Ort {
-  if (ort) return ort;
-  const common = require('onnxruntime-node') as { Tensor: Ort['Tensor'] };
-  const b = require('onnxruntime-node/dist/binding.js') as {
-    initOrt(): void;
-    binding: { InferenceSession: new () => OrtSession };
-  };
-  b.initOrt();
-  ort = { Tensor: common.Tensor, newSession: () => new b.binding.InferenceSession() };
-  return ort;
 }
 
 // ---- model ---------------------------------------------------------------------------------------
 
 /** One ONNX Runtime session classifying the queued windows of many streams per call. */
 export class SileroModel {
-  private readonly session: OrtSession;
-  private readonly ort: Ort;
   private queue: SileroStream[] = [];
+  /** The last model call: calls run one after the other (they share the input buffers). */
+  private last: Promise<void> = Promise.resolve();
   private input = new Float32Array(0);
   private state = new Float32Array(0);
   /** Model calls and windows classified, for measurements. */
   calls = 0;
   windows = 0;
 
-  constructor(modelPath: string) {
+  private constructor(private readonly session: InferenceSession) {}
+
+  static async load(modelPath: string): Promise<SileroModel> {
     if (!existsSync(modelPath)) throw new Error(`silero VAD model not found at ${modelPath}`);
-    this.ort = loadOrt();
-    this.session = this.ort.newSession();
     // The shipped graph's weights in a graph of batched matrix products (sileroGraph.ts).
     const graph = batchedSileroModel(new Uint8Array(readFileSync(modelPath)));
-    this.session.loadModel(graph.buffer, graph.byteOffset, graph.byteLength, {
+    const session = await InferenceSession.create(graph, {
       // One thread: the realtime process spreads streams over VAD threads itself.
       intraOpNumThreads: 1,
       interOpNumThreads: 1,
       executionMode: 'sequential',
       graphOptimizationLevel: 'all',
     });
+    return new SileroModel(session);
   }
 
   /** Windows waiting for `run()`. */
@@ -145,12 +108,20 @@ export class SileroModel {
     this.queue.push(s);
   }
 
-  /** Classifies every queued window in one model call. */
-  run(): void {
+  /**
+   * Classifies every window queued so far in one model call; resolves once each of
+   * them has its flag. Calls queue behind each other.
+   */
+  run(): Promise<void> {
     const q = this.queue;
-    const n = q.length;
-    if (n === 0) return;
+    if (q.length === 0) return this.last;
     this.queue = [];
+    this.last = this.last.then(() => this.classify(q));
+    return this.last;
+  }
+
+  private async classify(q: SileroStream[]): Promise<void> {
+    const n = q.length;
     if (this.input.length < n * FRAMED_INPUT) {
       const cap = Math.max(n, 2 * (this.input.length / FRAMED_INPUT), 8);
       this.input = new Float32Array(cap * FRAMED_INPUT);
@@ -167,16 +138,15 @@ export class SileroModel {
       state.set(s.h.subarray(0, HIDDEN), i * HIDDEN);
       state.set(s.h.subarray(HIDDEN), layer + i * HIDDEN);
     }
-    const out = this.session.run(
+    const out = await this.session.run(
       {
-        frames: new this.ort.Tensor('float32', input, [n, FRAMES, FRAME]),
-        state: new this.ort.Tensor('float32', state, [2, n, HIDDEN]),
+        frames: new Tensor('float32', input, [n, FRAMES, FRAME]),
+        state: new Tensor('float32', state, [2, n, HIDDEN]),
       },
-      { output: null, stateN: null },
-      {},
+      OUTPUTS,
     );
-    const prob = out.output.data;
-    const next = out.stateN.data;
+    const prob = out.output.data as Float32Array;
+    const next = out.stateN.data as Float32Array;
     for (let i = 0; i < n; i++) {
       const s = q[i];
       s.h.set(next.subarray(i * HIDDEN, (i + 1) * HIDDEN), 0);
@@ -187,10 +157,13 @@ export class SileroModel {
     this.windows += n;
   }
 
-  close(): void {
-    this.session.dispose();
+  async close(): Promise<void> {
+    await this.last.catch(() => {});
+    await this.session.release();
   }
 }
+
+const OUTPUTS = ['output', 'stateN'];
 
 /** One stream's silero: LSTM state, previous window, hysteresis. */
 export class SileroStream implements DeferredClassifier {
@@ -255,11 +228,6 @@ export class SileroStream implements DeferredClassifier {
   take(): boolean {
     if (this.waiting) throw new Error('silero: take() before the model ran');
     return this.result;
-  }
-
-  isSpeech(window: Float32Array): boolean {
-    if (!this.submit(window)) this.model.run();
-    return this.take();
   }
 
   release(): void {
@@ -332,14 +300,19 @@ export interface PoolStats {
 
 /** Per-stream classifiers over one shared model. */
 export class SileroPool {
-  readonly model: SileroModel;
   private readonly idle: SileroStream[] = [];
   private created = 0;
   private inUse = 0;
 
-  constructor(private readonly opts: SileroPoolOptions) {
-    this.model = new SileroModel(opts.modelPath);
+  private constructor(
+    readonly model: SileroModel,
+    private readonly opts: SileroPoolOptions,
+  ) {
     for (let i = 0; i < opts.warm && i < opts.max; i++) this.idle.push(this.create());
+  }
+
+  static async load(opts: SileroPoolOptions): Promise<SileroPool> {
+    return new SileroPool(await SileroModel.load(opts.modelPath), opts);
   }
 
   get stats(): PoolStats {
@@ -378,7 +351,6 @@ export class SileroPool {
     return {
       submit: (w) => held.submit(w),
       take: () => held.take(),
-      isSpeech: (w) => held.isSpeech(w),
       release: () => {
         if (released) return;
         released = true;

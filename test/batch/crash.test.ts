@@ -75,8 +75,8 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
       DATA_DIR: t.dataDir,
       WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
       OUTBOUND_ALLOW: '127.0.0.1',
+      // Lapsed leases are looked for every 0.67 s.
       BATCH_LEASE_SECONDS: '2',
-      BATCH_SWEEP_INTERVAL_MS: '300',
       STT_THREADS: '1',
       LOG_LEVEL: 'warn',
     };

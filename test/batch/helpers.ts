@@ -11,9 +11,10 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { batchRuntime, type BatchRuntime } from '../../api/batch/runtime.js';
+import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
+import type { ConfigOverrides } from '../../shared/config/index.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const audioDir = path.resolve(repoRoot, '../shared/test-audio');
@@ -106,12 +107,13 @@ export interface BatchTestApp extends TestApp {
   runtime: BatchRuntime;
   dataDir: string;
   engineCalls: { workflowId: string; chunk: number }[];
+  /** The runner hooks given to the composition root (tests may set more of them). */
+  hooks: RunnerHooks;
 }
 
 export const BATCH_TEST_ENV = {
   OUTBOUND_ALLOW: '127.0.0.1',
   BATCH_LEASE_SECONDS: '3',
-  BATCH_SWEEP_INTERVAL_MS: '500',
   STT_THREADS: '2',
   // Correctness here, speed in benchmarks: a loaded CI machine must not time decodes out.
   STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
@@ -121,40 +123,32 @@ export const BATCH_TEST_ENV = {
   POLL_REQUESTS_PER_MINUTE: '0',
 };
 
+/** Internal tuning of the batch tests: lapsed leases are looked for twice a second. */
+export const BATCH_TEST_OVERRIDES = { batch: { sweepIntervalMs: 500 } } satisfies ConfigOverrides;
+
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
 export async function createBatchTestApp(
   env: Record<string, string> = {},
-  opts: { start?: boolean; speech?: boolean } = {},
+  opts: { start?: boolean; overrides?: ConfigOverrides } = {},
 ): Promise<BatchTestApp> {
   const dataDir = tmpDir('batch-data-');
-  const t = await createTestApp({
-    ...BATCH_TEST_ENV,
-    DATA_DIR: dataDir,
-    WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
-    ...env,
-  });
+  const { batch, ...rest } = opts.overrides ?? {};
   const engineCalls: BatchTestApp['engineCalls'] = [];
   const hooks: RunnerHooks = { onEngineCall: (workflowId, chunk) => engineCalls.push({ workflowId, chunk }) };
-  const depsWithHooks = t.deps as typeof t.deps & { hooks?: RunnerHooks };
-  depsWithHooks.hooks = hooks;
-  const runtime = batchRuntime(t.deps);
-  if (opts.start) {
-    if (opts.speech !== false && !t.deps.speech) {
-      const { createSpeechEngine } = await import('../../shared/stt/index.js');
-      const engine = createSpeechEngine(t.config, t.deps.logger);
-      await engine.ready();
-      t.deps.speech = engine;
-    }
-    await runtime.start({ workers: true });
-  }
+  const t = await createTestApp(
+    { ...BATCH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_SECRET: TEST_WEBHOOK_SECRET, ...env },
+    { overrides: { ...rest, batch: { ...BATCH_TEST_OVERRIDES.batch, ...batch } }, deps: { hooks } },
+  );
+  const runtime = t.deps.batch;
+  if (opts.start) await runtime.start({ workers: true });
   const close = t.close;
   return {
     ...t,
     runtime,
     dataDir,
     engineCalls,
+    hooks,
     async close() {
-      await runtime.stop();
       await close();
       fs.rmSync(dataDir, { recursive: true, force: true });
     },

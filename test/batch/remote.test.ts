@@ -47,12 +47,17 @@ describe('batch: remote speech worker, attempt timeouts scaled to the audio', fu
     const t: BatchTestApp = await createBatchTestApp(
       {
         STT_WORKER_URLS: `w1=${engine.url}`,
-        STT_HEALTH_TIMEOUT_MS: '2000', // a busy test machine must not make the live worker look dead
         BATCH_SPLIT_UTTERANCES: 'false', // whole chunks, as a long-context (Whisper) worker would get them
-        BATCH_CHUNK_ATTEMPTS: '1',
         ...env,
       },
-      { start: true },
+      {
+        start: true,
+        overrides: {
+          // A busy test machine must not make the live worker look dead.
+          speech: { remote: { healthTimeoutMs: 2000 } },
+          batch: { chunkAttempts: 1 },
+        },
+      },
     );
     try {
       const cfg = t.config.speech.remote;
@@ -108,7 +113,8 @@ describe('batch: remote speech worker, attempt timeouts scaled to the audio', fu
 
   it('requests without an override keep 800 ms per attempt; with one, the same clip succeeds', async () => {
     const pool = new RemotePool(
-      loadConfig({ STT_WORKER_URLS: `w1=${engine.url}`, STT_HEALTH_TIMEOUT_MS: '2000' }).speech.remote,
+      loadConfig({ STT_WORKER_URLS: `w1=${engine.url}` }, { speech: { remote: { healthTimeoutMs: 2000 } } })
+        .speech.remote,
       createLogger({ level: 'silent' }),
     );
     try {

@@ -141,7 +141,7 @@ describe('storage: instances starting together on an S3 store', () => {
 });
 
 describe('storage: an S3 endpoint that never answers', () => {
-  it('fails the request after S3_REQUEST_TIMEOUT_MS instead of hanging the workflow', async () => {
+  it('fails the request after its request timeout instead of hanging the workflow', async () => {
     // Accepts connections, reads the request, never answers.
     const sockets = new Set<net.Socket>();
     const mute = net.createServer((s) => {

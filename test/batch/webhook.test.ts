@@ -52,7 +52,10 @@ describe('batch: webhook delivery', function () {
   before(async () => {
     fs.copyFileSync(`${audioDir}/librivox-austen-0880.wav`, `${dir}/short.wav`);
     files = await startFileServer(dir);
-    t = await createBatchTestApp({ WEBHOOK_RECOVER_AFTER_SECONDS: '5' }, { start: true });
+    t = await createBatchTestApp(
+      {},
+      { start: true, overrides: { batch: { webhook: { recoverAfterSeconds: 5 } } } },
+    );
     key = (await issueKey(t, { ownerId: 'tenant-w', plan: 'pro' })).key;
   });
   after(async () => {

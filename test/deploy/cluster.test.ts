@@ -15,16 +15,25 @@ import { createDb } from '../../shared/db/index.js';
 import { createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
-import { freePort, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';
+import {
+  freePort,
+  REALTIME_ENV,
+  stopProcess,
+  waitHttpOk,
+  type Cluster,
+} from '../../scripts/cluster/index.js';
+import { wer } from '../speech/helpers.js';
 import {
   AUDIO_DIR,
   bearer,
   connect,
   eventually,
   readPcm,
+  refs,
   refused,
   repoRoot,
   silence,
+  words,
   type Client,
 } from '../realtime/helpers.js';
 import { startFileServer, type FileServer } from '../batch/helpers.js';
@@ -48,8 +57,23 @@ const tmpRoot = () => {
   return dir;
 };
 const LEASE_TTL_MS = 3000;
+const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+const STOPPED = 'input_audio_buffer.speech_stopped';
 /** 3 s of speech: transcribed in time even when the shared machine's cores are busy. */
 const SHORT_CLIP = 'librivox-austen-0880.wav';
+
+/** What the test changes in every instance's environment (timings that make it fast). */
+const TEST_ENV: Record<string, string> = {
+  OUTBOUND_ALLOW: '127.0.0.1',
+  // Lapsed batch leases are looked for every 0.67 s.
+  BATCH_LEASE_SECONDS: '2',
+  // Connection leases renewed, and usage checkpointed, every third of it.
+  REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
+  WEBHOOK_BASE_DELAY_SECONDS: '1',
+  // This test is about the deployment, not decoding speed: on a shared machine whose cores are
+  // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.
+  STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
+};
 
 describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function () {
   this.timeout(120_000);
@@ -99,21 +123,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     execFileSync('sox', [...clips.map((f) => path.join(AUDIO_DIR, f)), path.join(audio, 'long.wav')]);
     fs.copyFileSync(path.join(AUDIO_DIR, SHORT_CLIP), path.join(audio, 'short.wav'));
     files = await startFileServer(audio);
-    d = await deployCluster({
-      env: {
-        OUTBOUND_ALLOW: '127.0.0.1',
-        BATCH_LEASE_SECONDS: '2',
-        BATCH_SWEEP_INTERVAL_MS: '300',
-        REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
-        REALTIME_LEASE_RENEW_MS: '500',
-        // The usage ledger checkpoints live sessions; its lease follows REALTIME_LEASE_TTL_MS.
-        USAGE_CHECKPOINT_MS: '500',
-        WEBHOOK_BASE_DELAY_SECONDS: '1',
-        // This test is about the deployment, not decoding speed: on a shared machine whose cores are
-        // busy, PocketSphinx may run slower than real time, past the engines' default decode limit.
-        STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
-      },
-    });
+    d = await deployCluster({ env: TEST_ENV });
     c = d.cluster;
   });
   after(async function () {
@@ -174,6 +184,100 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       s.ws.close(1000);
       await s.closed;
     }
+  });
+
+  it('realtime through the load balancer decodes while speech is spoken: jfk.wav has the whole-clip words', async function () {
+    // A segment request and two streamed clips on a machine whose cores other jobs may hold.
+    this.timeout(240_000);
+    const { key } = await issue('pro', 'tenant-jfk');
+    const ref = refs().get('jfk.wav')!;
+    // The whole clip at once (segment endpoint: the API's remote engine workers).
+    const seg = await request(c.url)
+      .post('/v1/audio/transcriptions')
+      .set('authorization', `Bearer ${key}`)
+      .attach('file', path.join(AUDIO_DIR, 'jfk.wav'), 'jfk.wav')
+      .field('response_format', 'json');
+    expect(seg.status, JSON.stringify(seg.body)).to.equal(200);
+    const whole = seg.body.text as string;
+    // A session on each realtime instance: both decode with the built-in streaming engine.
+    const sessions = [await session(key), await session(key)];
+    expect([(await stats('realtime1')).sessions, (await stats('realtime2')).sessions]).to.deep.equal([1, 1]);
+    const speech = Buffer.concat([silence(300), readPcm('jfk.wav'), silence(900)]);
+    await Promise.all(sessions.map((s) => s.stream(speech, { pace: 2, frameBytes: 3200 })));
+    for (const s of sessions) {
+      await s.waitFor((evs) => {
+        const stopped = evs.filter((e) => e.type === STOPPED).length;
+        return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
+      }, 90_000);
+      s.ws.close(1000);
+      await s.closed;
+      const done = s.of(COMPLETED).sort((a, b) => a.utterance_index - b.utterance_index);
+      for (const e of done) expect(e.error, JSON.stringify(e)).to.equal(undefined);
+      const text = done.map((e) => e.text as string).join(' ');
+      // The clip form through the engine workers lost the words at the cuts ("y que archive nintendo for you").
+      expect(words(text).join(' '), text).to.include('what your country can do for you');
+      expect(wer(ref, text), `realtime "${text}" vs whole clip "${whole}"`).to.be.at.most(
+        wer(ref, whole) + 0.1,
+      );
+    }
+    // Decoded while spoken: the realtime instances never ran the clip form (it is what counts
+    // stt_speech_requests_total there; the streaming form does not).
+    for (const name of ['realtime1', 'realtime2']) {
+      const text = await fetch(`${proc(name).url}/metrics`).then((r) => r.text());
+      expect(counterSum(text, 'stt_speech_requests_total'), name).to.equal(0);
+    }
+  });
+
+  it('the realtime instances run the same speech engine and admission limits as docker/compose.yaml', () => {
+    const compose = fs.readFileSync(path.join(repoRoot, 'docker/compose.yaml'), 'utf8');
+    // The realtime service's environment block (YAML anchors: realtime1, realtime2 = *realtime).
+    const block = /^ {2}realtime1: &realtime\n([\s\S]*?)^ {2}realtime2: \*realtime$/m.exec(compose);
+    expect(block, 'realtime1 service in compose').to.not.equal(null);
+    for (const [k, v] of Object.entries(REALTIME_ENV)) {
+      expect(block![1], `${k}: '${v}' in compose's realtime environment`).to.match(
+        new RegExp(`\\b${k}: '${v}'`),
+      );
+      for (const name of ['realtime1', 'realtime2'])
+        expect(proc(name).env[k], `${name} ${k}`).to.equal(TEST_ENV[k] ?? v);
+    }
+    // Segment and batch on the API keep the engine workers.
+    for (const name of ['api1', 'api2']) expect(proc(name).env.STT_ENGINE).to.equal(undefined);
+    expect(proc('api1').env.STT_WORKER_URLS).to.match(/^engine1=http/);
+  });
+
+  it('past the admission limit of the realtime instances new sessions get 503 + Retry-After; open ones keep transcribing', async () => {
+    const { key } = await issue('pro', 'tenant-admission');
+    const perInstance = Number(REALTIME_ENV.REALTIME_MAX_SESSIONS);
+    const open: Client[] = [];
+    for (let i = 0; i < 2 * perInstance; i++) open.push(await session(key));
+    expect([(await stats('realtime1')).sessions, (await stats('realtime2')).sessions]).to.deep.equal([
+      perInstance,
+      perInstance,
+    ]);
+    // Both instances are full: refused (before authentication, no quota spent), not queued or closed.
+    for (let i = 0; i < 3; i++) {
+      const r = await refused(c.wsUrl, bearer(key).headers);
+      expect(r.status).to.equal(503);
+      expect(r.body.error.code).to.equal('upstream_unavailable');
+      expect(Number(r.headers['retry-after'])).to.be.at.least(1);
+    }
+    // The open sessions are all still there, and one of them transcribes.
+    const speech = Buffer.concat([readPcm(SHORT_CLIP), silence(1500)]);
+    await open[0].stream(speech, { pace: 4 });
+    const done = await open[0].next(COMPLETED, 60_000);
+    expect(done.error ?? null).to.equal(null);
+    for (const s of open) expect(s.ws.readyState, 'open session still open').to.equal(s.ws.OPEN);
+    for (const s of open) s.ws.close(1000);
+    await Promise.all(open.map((s) => s.closed));
+    // A slot is free again: the next session is accepted.
+    await eventually(
+      async () => (await stats('realtime1')).sessions + (await stats('realtime2')).sessions,
+      (n) => n === 0,
+      10_000,
+    );
+    const again = await session(key);
+    again.ws.close(1000);
+    await again.closed;
   });
 
   it('tokens from either API are accepted by either realtime instance', async () => {

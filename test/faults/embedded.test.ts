@@ -11,6 +11,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import WebSocket from 'ws';
 import { freePort, leaks, ServiceProcess, sleep, tmpDir, waitFor } from './cluster.js';
+import { REALTIME_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
 
 type Upgrade = { status: number; retryAfter?: string; body?: string };
 
@@ -47,9 +48,6 @@ describe('faults: embedded start supervises its children', function () {
       PORT: '0',
       HOST: '127.0.0.1',
       EMBEDDED_PG_PORT: String(await freePort()),
-      EMBEDDED_RESTART_BASE_MS: '200',
-      EMBEDDED_RESTART_MAX_MS: '2000',
-      REALTIME_RETRY_AFTER_SECONDS: '3',
       LOG_LEVEL: 'info',
       STT_THREADS: '1',
     });
@@ -94,7 +92,7 @@ describe('faults: embedded start supervises its children', function () {
       10_000,
       20,
     );
-    expect(refused.retryAfter).to.equal('3');
+    expect(refused.retryAfter).to.equal(String(REALTIME_RETRY_AFTER_SECONDS));
     expect(JSON.parse(refused.body!).error.code).to.equal('upstream_unavailable');
     // Restarted on its port: the stream and /readyz answer again.
     await waitFor(

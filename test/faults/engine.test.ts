@@ -22,14 +22,18 @@ describe('faults: an engine worker killed under segment load', function () {
 
   before(async () => {
     engines = await Promise.all([startEngine(), startEngine()]);
-    t = await createTestApp({
-      STT_WORKER_URLS: engines.map((e) => e.url).join(','),
-      // Correctness under a kill, not speed: a loaded CI machine must not time decodes out.
-      STT_ATTEMPT_TIMEOUT_MS: '8000',
-      STT_BUDGET_MS: '16000',
-      STT_HEALTH_TIMEOUT_MS: '2000',
-      PLANS_JSON: JSON.stringify({ load: { maxRequestsPerMinute: 100_000, maxAudioSecondsPerWindow: 1e7 } }),
-    });
+    t = await createTestApp(
+      {
+        STT_WORKER_URLS: engines.map((e) => e.url).join(','),
+        // Correctness under a kill, not speed: a loaded CI machine must not time decodes out.
+        STT_ATTEMPT_TIMEOUT_MS: '8000',
+        STT_BUDGET_MS: '16000',
+        PLANS_JSON: JSON.stringify({
+          load: { maxRequestsPerMinute: 100_000, maxAudioSecondsPerWindow: 1e7 },
+        }),
+      },
+      { overrides: { speech: { remote: { healthTimeoutMs: 2000 } } } },
+    );
     ({ key, id: keyId } = await issueKey(t, { plan: 'load' }));
   });
   after(async () => {

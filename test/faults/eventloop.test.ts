@@ -12,7 +12,6 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { annotateChunkOffline } from '../../api/batch/review.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
-import type { RunnerHooks } from '../../api/batch/workflow.js';
 import {
   buildRecording,
   createBatchTestApp,
@@ -125,7 +124,7 @@ describe('faults: the event loop under the worst allowed review input', function
     expect(Buffer.byteLength(JSON.stringify(metadata))).to.be.lessThan(64 * 1024);
     // The delay is watched while the review (the work proportional to the terms) runs.
     const histogram = monitorEventLoopDelay({ resolution: 10 });
-    const hooks = (t.deps as { hooks?: RunnerHooks }).hooks!;
+    const hooks = t.hooks;
     hooks.onStep = (_id, name, phase) => {
       if (name !== 'review') return;
       if (phase === 'start') histogram.enable();

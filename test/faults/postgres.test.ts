@@ -51,11 +51,10 @@ describe('faults: Postgres stopped and restarted under load', function () {
       DATABASE_URL: pg.url,
       DATA_DIR: dataDir,
       OUTBOUND_ALLOW: '127.0.0.1',
+      // Lapsed leases are looked for every second.
       BATCH_LEASE_SECONDS: '3',
-      BATCH_SWEEP_INTERVAL_MS: '500',
       POLL_REQUESTS_PER_MINUTE: '0',
       PLANS_JSON: UNLIMITED_PLANS,
-      DEPENDENCY_RETRY_AFTER_SECONDS: '3',
     });
     key = await issueKey(api.url);
   });

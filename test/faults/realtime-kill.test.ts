@@ -30,8 +30,8 @@ describe('faults: the realtime process killed during active streaming', function
   let key: string;
   let wsUrl: string;
   const dataDir = tmpDir('stt-faults-rt-kill-');
-  // Short leases: a killed session's row lapses within seconds (defaults: 15 s lease, 5 s checkpoints).
-  const ledgerEnv = { USAGE_LEASE_TTL_MS: '3000', USAGE_CHECKPOINT_MS: '500' };
+  // Short leases: a killed session's row lapses within seconds (default 15 s lease, 2 s checkpoints; here 3 s and 1 s).
+  const ledgerEnv = { REALTIME_LEASE_TTL_MS: '3000' };
   let rtEnv: Record<string, string>;
 
   const startRealtime = async () => {

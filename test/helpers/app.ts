@@ -5,10 +5,10 @@
 import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import type Koa from 'koa';
-import { loadConfig, type Config } from '../../shared/config/index.js';
+import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
-import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
+import { type AppDeps, closeDeps, createDeps, type DepsOptions } from '../../api/deps.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
 export const ADMIN_TOKEN = 'test-admin-token-' + randomBytes(8).toString('hex');
@@ -36,22 +36,32 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
+/**
+ * Builds the app through the API's composition root (api/deps.ts), as the
+ * process does. `env` is what an operator sets; `opts.overrides` changes
+ * internal tuning (named constants in shared/config), e.g.
+ * `{ auth: { keyCacheTtlMs: 0 } }`; `opts.deps` passes the root's test options
+ * (artifact store, runner hooks, extra readiness checks).
+ */
 export async function createTestApp(
   env: Record<string, string | undefined> = {},
-  opts: { db?: TestDatabase } = {},
+  opts: { db?: TestDatabase; overrides?: ConfigOverrides; deps?: DepsOptions } = {},
 ): Promise<TestApp> {
   const db = opts.db ?? (await createTestDatabase());
-  const config = loadConfig({
-    GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN,
-    GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
-    LOG_LEVEL: 'info',
-    DATA_DIR: 'test/.tmp/data',
-    ...env,
-    DATABASE_URL: db.url,
-  });
+  const config = loadConfig(
+    {
+      GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN,
+      GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+      LOG_LEVEL: 'info',
+      DATA_DIR: 'test/.tmp/data',
+      ...env,
+      DATABASE_URL: db.url,
+    },
+    opts.overrides,
+  );
   const logs = new LogCapture();
   const logger = createLogger({ level: config.logLevel }, logs);
-  const deps = createDeps(config, logger);
+  const deps = createDeps(config, logger, opts.deps);
   const app = createApp(deps);
   return {
     app,

@@ -48,8 +48,13 @@ export interface LoadResult {
   completionMs: { p50: number; p99: number; n: number };
   /** Server-reported latency_ms of completed events. */
   serverLatencyMs: { p50: number; p99: number };
+  /** Completed events (with or without error). */
   utterances: number;
+  /** speech_stopped events: utterances the server cut (those not completed were pending at the close). */
+  stopped: number;
   failedUtterances: number;
+  /** Failed utterances by error code. */
+  errors: Record<string, number>;
   closes: Record<string, number>;
   framesSent: number;
 }
@@ -68,8 +73,10 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   const completionMs: number[] = [];
   const serverLatency: number[] = [];
   const closes: Record<string, number> = {};
+  const errors: Record<string, number> = {};
   let failedConnects = 0;
   let utterances = 0;
+  let stopped = 0;
   let failedUtterances = 0;
   let framesSent = 0;
   const deadline = Date.now() + (o.rampMs ?? 0) + o.seconds * 1000;
@@ -120,11 +127,16 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       ws.on('message', (data, isBinary) => {
         if (isBinary) return;
         const ev = JSON.parse(data.toString());
-        if (ev.type === 'input_audio_buffer.speech_stopped')
+        if (ev.type === 'input_audio_buffer.speech_stopped') {
+          stopped++;
           stoppedAt.set(ev.utterance_index, performance.now());
-        else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
+        } else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
           utterances++;
-          if (ev.error) failedUtterances++;
+          if (ev.error) {
+            failedUtterances++;
+            const code = String(ev.error.code ?? 'unknown');
+            errors[code] = (errors[code] ?? 0) + 1;
+          }
           const s = stoppedAt.get(ev.utterance_index);
           if (s !== undefined) completionMs.push(performance.now() - s);
           serverLatency.push(ev.latency_ms);
@@ -153,7 +165,9 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     completionMs: { p50: pct(completionMs, 50), p99: pct(completionMs, 99), n: completionMs.length },
     serverLatencyMs: { p50: pct(serverLatency, 50), p99: pct(serverLatency, 99) },
     utterances,
+    stopped,
     failedUtterances,
+    errors,
     closes,
     framesSent,
   };

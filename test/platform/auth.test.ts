@@ -14,7 +14,7 @@ describe('authentication of transcription routes (shared/auth)', () => {
   before(async () => {
     db = await createTestDatabase();
     // Two instances on one database, as behind a load balancer.
-    a = await createTestApp({ AUTH_LAST_USED_FLUSH_MS: '100' }, { db });
+    a = await createTestApp({}, { db, overrides: { auth: { lastUsedFlushMs: 100 } } });
     b = await createTestApp({}, { db });
   });
   after(async () => {
@@ -221,13 +221,16 @@ async function eventuallyValue<T>(fn: () => Promise<T>, ms: number): Promise<T> 
 describe('authentication when the key store is unreachable', () => {
   it('answers 503 auth_unavailable (database really down) and the admin API 500 store_unavailable', async () => {
     const db = await createTestDatabase();
-    const t = await createTestApp({ AUTH_CACHE_TTL_MS: '0' }, { db });
+    const t = await createTestApp({}, { db, overrides: { auth: { keyCacheTtlMs: 0 } } });
     const { key } = await issueKey(t);
     await request(t.server).post(TOKEN).set(bearer(key)).expect(200);
     // Point a second instance at a port where nothing listens: a real unreachable database.
     const down = await createTestApp(
-      { AUTH_CACHE_TTL_MS: '0' },
-      { db: { ...db, url: 'postgres://postgres@127.0.0.1:1/none', drop: async () => {} } },
+      {},
+      {
+        db: { ...db, url: 'postgres://postgres@127.0.0.1:1/none', drop: async () => {} },
+        overrides: { auth: { keyCacheTtlMs: 0 } },
+      },
     );
     try {
       const res = await request(down.server).post(TOKEN).set(bearer(key)).expect(503);

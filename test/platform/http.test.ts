@@ -150,31 +150,34 @@ describe('public endpoints, docs and request handling', () => {
 
 describe('graceful shutdown', () => {
   it('stops accepting, lets a request in flight finish, then closes pools', async () => {
-    const t = await createTestApp();
+    // A readiness check that takes a while once armed: a request in flight when the stop begins.
+    let armed = false;
+    let delayed = false;
+    let entered!: () => void;
+    const inHandler = new Promise<void>((r) => (entered = r));
+    const slow = {
+      name: 'slow',
+      check: () => {
+        if (!armed) return Promise.resolve(true);
+        entered();
+        return new Promise<boolean>((r) => setTimeout(() => ((delayed = true), r(true)), 300));
+      },
+    };
+    const t = await createTestApp({}, { deps: { readiness: [slow] } });
     const config = {
       ...t.config,
       http: { ...t.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 5000 },
     };
     const api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
     await waitReady(api.server);
-    // A handler that takes a while, registered like any route module would be.
-    let delayed = false;
-    let entered!: () => void;
-    const inHandler = new Promise<void>((r) => (entered = r));
-    t.deps.readiness.push({
-      name: 'slow',
-      check: () => {
-        entered();
-        return new Promise((r) => setTimeout(() => ((delayed = true), r(true)), 300));
-      },
-    });
-    const slow = http.get(`http://127.0.0.1:${api.port}/readyz`);
+    armed = true;
+    const req = http.get(`http://127.0.0.1:${api.port}/readyz`);
     const response = new Promise<number>((resolve, reject) => {
-      slow.on('response', (res) => {
+      req.on('response', (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode!));
       });
-      slow.on('error', reject);
+      req.on('error', reject);
     });
     await inHandler; // the request is being handled when the stop begins
     const stopped = api.stop();
@@ -220,14 +223,12 @@ describe('draining before shutdown (SHUTDOWN_DRAIN_DELAY_MS)', () => {
 });
 
 describe('configuration bounds that keep the interface promises', () => {
-  it('refuses a key cache longer than 2 s, a session token longer than 60 s, and a pool of one connection', () => {
-    expect(() => loadConfig({ AUTH_CACHE_TTL_MS: '2001' })).to.throw(
-      ConfigError,
-      /AUTH_CACHE_TTL_MS .*between 0 and 2000/,
-    );
-    expect(() => loadConfig({ SESSION_TOKEN_TTL_SECONDS: '61' })).to.throw(ConfigError, /between 1 and 60/);
+  it('keeps the key cache within 2 s and session tokens at 60 s, and refuses a pool of one connection', () => {
+    // Internal tuning, not variables: an operator cannot break the revocation delay or the token lifetime.
+    const c = loadConfig({ AUTH_CACHE_TTL_MS: '5000', SESSION_TOKEN_TTL_SECONDS: '3600' });
+    expect(c.auth.keyCacheTtlMs).to.be.at.most(2000);
+    expect(c.auth.sessionTokenTtlSeconds).to.equal(60);
     expect(() => loadConfig({ DB_POOL_MAX: '1' })).to.throw(ConfigError, /DB_POOL_MAX/);
-    const ok = loadConfig({ AUTH_CACHE_TTL_MS: '2000', SESSION_TOKEN_TTL_SECONDS: '30', DB_POOL_MAX: '2' });
-    expect(ok.auth.keyCacheTtlMs).to.equal(2000);
+    expect(loadConfig({ DB_POOL_MAX: '2' }).dbPoolMax).to.equal(2);
   });
 });

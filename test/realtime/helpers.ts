@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { fork, type ChildProcess } from 'node:child_process';
 import { Writable } from 'node:stream';
 import WebSocket from 'ws';
-import { loadConfig, type Config } from '../../shared/config/index.js';
+import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createDb, type Knex } from '../../shared/db/index.js';
 import { PlanCatalog } from '../../shared/plans.js';
@@ -77,17 +77,17 @@ export interface RealtimeTestContext {
   close(): Promise<void>;
 }
 
-let sharedPool: SileroPool | null = null;
+let sharedPool: Promise<SileroPool> | null = null;
 /** One silero pool for the whole test run (instances cost ~40 ms each to create). */
-export function testVadPool(config: Config): SileroPool {
-  sharedPool ??= new SileroPool({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
+export function testVadPool(config: Config): Promise<SileroPool> {
+  sharedPool ??= SileroPool.load({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
   return sharedPool;
 }
 
-/** Segmentation in the test's own thread (events are synchronous): deterministic tests. */
-export function testVad(config: Config): VadService {
+/** Segmentation in the test's own thread (no worker thread): deterministic tests. */
+export async function testVad(config: Config): Promise<VadService> {
   const v = config.realtime.vad;
-  return new InlineVad(testVadPool(config), {
+  return new InlineVad(await testVadPool(config), {
     gateDbfs: v.gateDbfs,
     releaseAfterMs: v.releaseAfterMs,
     holdDb: v.holdDb,
@@ -97,6 +97,8 @@ export function testVad(config: Config): VadService {
 
 export async function createRealtimeContext(opts: {
   env?: Record<string, string>;
+  /** Internal tuning (named constants in shared/config), e.g. `{ realtime: { tickMs: 100 } }`. */
+  overrides?: ConfigOverrides;
   engine: SpeechEngine;
   redis?: boolean;
   testDb?: TestDatabase;
@@ -105,12 +107,15 @@ export async function createRealtimeContext(opts: {
   vad?: VadService;
 }): Promise<RealtimeTestContext> {
   const testDb = opts.testDb ?? (await createTestDatabase('stt_rt'));
-  const config = loadConfig({
-    GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
-    DATABASE_URL: testDb.url,
-    LOG_LEVEL: 'info',
-    ...opts.env,
-  });
+  const config = loadConfig(
+    {
+      GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
+      DATABASE_URL: testDb.url,
+      LOG_LEVEL: 'info',
+      ...opts.env,
+    },
+    opts.overrides,
+  );
   const logs = new Sink();
   const logger = createLogger({ level: 'info' }, logs);
   const db = createDb(testDb.url, { poolMax: 4 });
@@ -128,7 +133,7 @@ export async function createRealtimeContext(opts: {
   const ledger = new UsageLedger(db, config.ledger, logger).start();
   const rt = await startRealtime(
     { config, logger, db, auth, limits, engine: opts.engine, ledger },
-    { port: 0, host: '127.0.0.1', vad: opts.vad ?? testVad(config) },
+    { port: 0, host: '127.0.0.1', vad: opts.vad ?? (await testVad(config)) },
   );
   const base = `http://127.0.0.1:${rt.port}`;
   return {
@@ -163,9 +168,17 @@ export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Pr
 }
 
 /** Waits until the server has counted `seconds` of a session's audio (every frame sent so far arrived). */
-export async function audioReceived(ctx: RealtimeTestContext, sessionId: string, seconds: number): Promise<void> {
+export async function audioReceived(
+  ctx: RealtimeTestContext,
+  sessionId: string,
+  seconds: number,
+): Promise<void> {
   const counted = () => [...ctx.rt.sessions].find((s) => s.sessionId === sessionId)?.audioSeconds ?? 0;
-  const got = await eventually(async () => counted(), (v) => v >= seconds - 0.001, 30_000);
+  const got = await eventually(
+    async () => counted(),
+    (v) => v >= seconds - 0.001,
+    30_000,
+  );
   if (got < seconds - 0.001) throw new Error(`the server counted ${got} s of ${sessionId}, not ${seconds} s`);
 }
 
@@ -254,7 +267,8 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
         for (let off = 0; off < pcm.length; off += frame) {
           if (ws.readyState !== WebSocket.OPEN) return;
           const piece = pcm.subarray(off, Math.min(pcm.length, off + frame));
-          if (o.base64) ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
+          if (o.base64)
+            ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
           else ws.send(piece);
           if (pace > 0) {
             const due = t0 + (off + frame) / 32 / pace;
@@ -351,7 +365,6 @@ export async function forkRealtime(
       REDIS_URL: TEST_REDIS_URL,
       REALTIME_PORT: '0',
       REALTIME_HOST: '127.0.0.1',
-      REALTIME_VAD_POOL_WARM: '0',
       MIGRATE_ON_START: 'false',
       GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
       STT_ENGINE: 'builtin',

@@ -47,7 +47,8 @@ describe('realtime overload admission', function () {
   it('at REALTIME_MAX_SESSIONS new sessions get 503 with Retry-After; the open one keeps transcribing', async () => {
     ctx = await createRealtimeContext({
       engine,
-      env: { REALTIME_MAX_SESSIONS: '1', REALTIME_OVERLOAD_RETRY_AFTER_SECONDS: '3' },
+      env: { REALTIME_MAX_SESSIONS: '1' },
+      overrides: { realtime: { overload: { retryAfterSeconds: 3 } } },
     });
     const { key } = await ctx.issueKey('pro');
     const a = await connect(ctx.url, bearer(key));
@@ -96,7 +97,8 @@ describe('realtime overload admission', function () {
   it('an utterance that times out waiting fails alone: the session stays open and the breaker closed', async () => {
     ctx = await createRealtimeContext({
       engine,
-      env: { REALTIME_TRANSCRIBE_TIMEOUT_MS: '100', REALTIME_BREAKER_FAILURES: '1' },
+      env: { REALTIME_TRANSCRIBE_TIMEOUT_MS: '100' },
+      overrides: { realtime: { breaker: { failureThreshold: 1 } } },
     });
     const { key } = await ctx.issueKey('pro');
     const a = await connect(ctx.url, bearer(key));

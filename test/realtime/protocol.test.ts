@@ -58,8 +58,8 @@ describe('realtime protocol, real engine worker', function () {
             window: { maxConcurrentConnections: 5, maxAudioSecondsPerWindow: 20 },
             one: { maxConcurrentConnections: 5, maxConcurrentUtterances: 1 },
           }),
-          REALTIME_TICK_MS: '100',
         },
+        overrides: { realtime: { tickMs: 100 } },
       });
     });
     after(async () => ctx?.close());
@@ -636,7 +636,7 @@ describe('realtime protocol, real engine worker', function () {
     before(async () => {
       ctx = await createRealtimeContext({
         engine: upstream.engine,
-        env: { REALTIME_UPSTREAM_SOFT_BYTES: '40000', REALTIME_UPSTREAM_HARD_BYTES: '100000' },
+        overrides: { realtime: { upstreamSoftBytes: 40_000, upstreamHardBytes: 100_000 } },
       });
     });
     after(async () => ctx?.close());

@@ -13,6 +13,7 @@ import { createLogger } from '../../shared/logger.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
 import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../shared/stt/types.js';
 import { Segmenter } from '../../shared/vad/segmenter.js';
+import { pushThrough } from '../../shared/vad/rounds.js';
 import { ThreadedVad } from '../../shared/vad/service.js';
 import {
   createRealtimeContext,
@@ -148,20 +149,23 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     }
   });
 
-  it('silero segments speech where a person pauses, and silence costs no model time', () => {
+  it('silero segments speech where a person pauses, and silence costs no model time', async () => {
     const config = loadConfig({});
-    const pool = testVadPool(config);
+    const pool = await testVadPool(config);
     const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, {
       gateDbfs: -50,
       releaseAfterMs: 500,
     });
-    const evs = [...seg.push(silence(3000))];
+    const evs = [...(await pushThrough(seg, pool, silence(3000)))];
     expect(seg.holdsModel, 'digital silence never reaches the model').to.equal(false);
-    evs.push(...seg.push(readPcm('jfk.wav')), ...seg.push(silence(1000)));
+    evs.push(
+      ...(await pushThrough(seg, pool, readPcm('jfk.wav'))),
+      ...(await pushThrough(seg, pool, silence(1000))),
+    );
     const stops = evs.filter((e) => e.type === 'stop');
     expect(stops.length).to.be.within(2, 6);
     for (const s of stops) if (s.type === 'stop') expect(s.reason).to.equal('end_of_speech');
-    evs.push(...seg.push(silence(1000)));
+    evs.push(...(await pushThrough(seg, pool, silence(1000))));
     expect(seg.holdsModel, 'model handed back after gated silence').to.equal(false);
     seg.close();
   });

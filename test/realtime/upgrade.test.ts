@@ -38,7 +38,7 @@ describe('realtime upgrade', function () {
     upstream = await startSpeechUpstream();
     ctx = await createRealtimeContext({
       engine: upstream.engine,
-      env: { REALTIME_BREAKER_FAILURES: '2', REALTIME_BREAKER_OPEN_MS: '1500' },
+      overrides: { realtime: { breaker: { failureThreshold: 2, openMs: 1500 } } },
     });
   });
   after(async () => {
@@ -252,7 +252,7 @@ describe('realtime upgrade', function () {
     await c.next('session.updated');
     const pcm = readPcm('librivox-austen-0880.wav').subarray(0, 16000);
     for (let i = 0; i < 3; i++) {
-      // More refusals than REALTIME_BREAKER_FAILURES (2): the worker is fine, the request is not.
+      // More refusals than the breaker's threshold (2 here): the worker is fine, the request is not.
       await c.stream(pcm);
       c.send({ type: 'flush' });
       await c.waitFor((evs) => evs.filter((e) => e.type === COMPLETED).length === i + 1, 30_000);
@@ -331,7 +331,10 @@ describe('realtime upgrade', function () {
   });
 
   it('embedded mode: the API serves the stream on its own base URL (upgrades spliced, plain GET 426) and its /readyz follows the realtime tier', async () => {
-    const api = await createTestApp({ REALTIME_PROXY_TARGET: `127.0.0.1:${ctx.rt.port}` });
+    const api = await createTestApp(
+      {},
+      { overrides: { realtime: { upstreamProxyTarget: `127.0.0.1:${ctx.rt.port}` } } },
+    );
     const running = await startApi(
       { ...api.config, http: { ...api.config.http, port: 0, host: '127.0.0.1', shutdownGraceMs: 2000 } },
       api.deps.logger,

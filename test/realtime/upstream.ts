@@ -109,13 +109,10 @@ export async function startSpeechUpstream(opts: { threads?: number } = {}): Prom
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
 
-  const config = loadConfig({
-    STT_WORKER_URLS: `engine=${url}`,
-    STT_ATTEMPT_TIMEOUT_MS: '20000',
-    STT_BUDGET_MS: '20000',
-    STT_HEALTH_INTERVAL_MS: '250',
-    STT_HEALTH_TIMEOUT_MS: '1000',
-  });
+  const config = loadConfig(
+    { STT_WORKER_URLS: `engine=${url}`, STT_ATTEMPT_TIMEOUT_MS: '20000', STT_BUDGET_MS: '20000' },
+    { speech: { remote: { healthIntervalMs: 250, healthTimeoutMs: 1000 } } },
+  );
   const engine = new RemotePool(config.speech.remote, createLogger({ level: 'silent' }));
   await engine.ready();
 

@@ -1,16 +1,14 @@
 /**
- * A real API instance with the segment route for the speech tests: its own
+ * A real API instance (the full app, segment route included) for the speech tests: its own
  * migrated database (test/helpers/db.ts), the full app, listening on a
  * loopback port so the official openai SDK can reach it.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { loadConfig, type Config } from '../../shared/config/index.js';
+import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createApp } from '../../api/app.js';
 import { type AppDeps, closeDeps, createDeps } from '../../api/deps.js';
-import { routeModules } from '../../api/routes/index.js';
-import * as segment from '../../api/routes/segment/index.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 export interface SpeechTestApp {
@@ -25,19 +23,21 @@ export interface SpeechTestApp {
 
 export async function startSpeechApp(
   env: Record<string, string> = {},
-  opts: { db?: TestDatabase } = {},
+  opts: { db?: TestDatabase; overrides?: ConfigOverrides } = {},
 ): Promise<SpeechTestApp> {
   const db = opts.db ?? (await createTestDatabase('stt_speech'));
-  const config = loadConfig({
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
-    DATA_DIR: 'test/.tmp/data',
-    ...env,
-    DATABASE_URL: db.url,
-  });
+  const config = loadConfig(
+    {
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      DATA_DIR: 'test/.tmp/data',
+      ...env,
+      DATABASE_URL: db.url,
+    },
+    opts.overrides,
+  );
   const logger = createLogger({ level: config.logLevel });
   const deps = createDeps(config, logger);
-  const modules = (routeModules as object[]).includes(segment) ? routeModules : [...routeModules, segment];
-  const app = createApp(deps, modules);
+  const app = createApp(deps);
   const server = http.createServer(app.callback());
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;

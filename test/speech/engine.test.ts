@@ -128,7 +128,7 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
 
   it('gives up loudly when decoders cannot load (bad model path), instead of restarting forever', async () => {
     const broken = new BuiltinEngine(
-      { ...loadConfig({ POCKETSPHINX_HMM: '/nonexistent' }).speech.builtin, threads: 1 },
+      { ...loadConfig({ POCKETSPHINX_MODEL_DIR: '/nonexistent' }).speech.builtin, threads: 1 },
       logger,
     );
     try {
@@ -140,7 +140,6 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
     } finally {
       await broken.close();
     }
-    expect(() => loadConfig({ POCKETSPHINX_ARGS: '-fwdflat' })).to.throw(/POCKETSPHINX_ARGS/);
   });
 
   it('closes cleanly at any moment: while decoders load, and mid-decode', async () => {

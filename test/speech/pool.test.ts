@@ -47,14 +47,16 @@ describe('speech: remote worker pool with two engine/ processes', function () {
 
   before(async () => {
     [a, b] = await Promise.all([startEngine(), startEngine()]);
-    t = await startSpeechApp({
-      STT_WORKER_URLS: `wa=${a.url},wb=${b.url}`,
-      // Generous: on a loaded 2-core machine a 3 s clip can take several seconds to decode.
-      STT_ATTEMPT_TIMEOUT_MS: '30000',
-      STT_BUDGET_MS: '60000',
-      STT_HEALTH_INTERVAL_MS: '250',
-      STT_HEALTH_TIMEOUT_MS: '10000', // a busy test machine must not make a live worker look dead
-    });
+    t = await startSpeechApp(
+      {
+        STT_WORKER_URLS: `wa=${a.url},wb=${b.url}`,
+        // Generous: on a loaded 2-core machine a 3 s clip can take several seconds to decode.
+        STT_ATTEMPT_TIMEOUT_MS: '30000',
+        STT_BUDGET_MS: '60000',
+      },
+      // A busy test machine must not make a live worker look dead.
+      { overrides: { speech: { remote: { healthIntervalMs: 250, healthTimeoutMs: 10_000 } } } },
+    );
     ({ key } = await t.issueKey('pro'));
     await (t.deps.speech as RemotePool).ready();
   });

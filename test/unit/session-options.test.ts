@@ -1,16 +1,10 @@
 /** `session.update` options (interface 4.9) checked by the project's ajv: pure function, no server. */
 import { expect } from 'chai';
 import { applySessionUpdate, type SessionSettings } from '../../realtime/options.js';
+import { MAX_SPEECH_MS_CAP, VAD_DEFAULTS } from '../../shared/config/realtime.js';
 
 const base: SessionSettings = {
-  vad: true,
-  threshold: 0.5,
-  silenceMs: 500,
-  prefixMs: 300,
-  minSpeechMs: 250,
-  targetSpeechMs: 15_000,
-  maxSpeechMs: 30_000,
-  smartSplitWindowMs: 2_000,
+  ...VAD_DEFAULTS,
   language: 'auto',
   prompt: 'hello',
   backend: undefined,
@@ -18,7 +12,7 @@ const base: SessionSettings = {
   normalizerModel: undefined,
   translateTo: undefined,
 };
-const caps = { maxSpeechMsCap: 60_000 };
+const caps = { maxSpeechMsCap: MAX_SPEECH_MS_CAP };
 const update = (msg: Record<string, unknown>) =>
   applySessionUpdate(base, { type: 'session.update', ...msg }, caps);
 

@@ -19,12 +19,8 @@ describe('usage of a killed realtime instance', function () {
   this.timeout(90_000);
   const LEASE_TTL_MS = 2000;
   const SWEEP_MS = 300;
-  const env = {
-    USAGE_CHECKPOINT_MS: '300',
-    USAGE_LEASE_TTL_MS: String(LEASE_TTL_MS),
-    USAGE_SWEEP_MS: String(SWEEP_MS),
-    LOG_LEVEL: 'error',
-  };
+  // The usage lease is the realtime connection lease; the instance checkpoints every third of it.
+  const env = { REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS), LOG_LEVEL: 'error' };
   let testDb: TestDatabase;
   let db: Knex;
   let survivor: UsageLedger;
@@ -33,7 +29,11 @@ describe('usage of a killed realtime instance', function () {
     testDb = await createTestDatabase('stt_usage_kill');
     db = createDb(testDb.url, { poolMax: 2 });
     // Any process of the service sweeps: here the ledger an API instance runs, on the same database.
-    survivor = new UsageLedger(db, loadConfig(env).ledger, createLogger({ level: 'silent' })).start();
+    survivor = new UsageLedger(
+      db,
+      loadConfig(env, { ledger: { sweepMs: SWEEP_MS } }).ledger,
+      createLogger({ level: 'silent' }),
+    ).start();
   });
   after(async () => {
     await survivor?.close();

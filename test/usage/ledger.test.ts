@@ -10,6 +10,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { loadConfig } from '../../shared/config/index.js';
+import type { UsageLedgerConfig } from '../../shared/config/usage.js';
 import { createLogger } from '../../shared/logger.js';
 import { createDb, type Knex } from '../../shared/db/index.js';
 import { PlanCatalog } from '../../shared/plans.js';
@@ -29,14 +30,15 @@ describe('usage ledger', function () {
   let spoolDir: string;
   const ledgers: UsageLedger[] = [];
 
-  const ledger = (env: Record<string, string> = {}, on: Knex = db) => {
-    const cfg = loadConfig({
-      USAGE_SPOOL_DIR: spoolDir,
-      USAGE_RETRY_MIN_MS: '20',
-      USAGE_RETRY_MAX_MS: '100',
-      USAGE_WRITE_TIMEOUT_MS: '2000',
-      ...env,
-    }).ledger;
+  // Fast replays; `over` changes more of the ledger's internal tuning.
+  const ledger = (over: Partial<UsageLedgerConfig> = {}, on: Knex = db) => {
+    const cfg: UsageLedgerConfig = {
+      ...loadConfig({ USAGE_SPOOL_DIR: spoolDir }).ledger,
+      retryMinMs: 20,
+      retryMaxMs: 100,
+      writeTimeoutMs: 2000,
+      ...over,
+    };
     const l = new UsageLedger(on, cfg, logger);
     ledgers.push(l);
     return l;
@@ -94,7 +96,7 @@ describe('usage ledger', function () {
   });
 
   it('a live row whose lease ran out (its process died) is lapsed by any ledger, keeping its last checkpoint', async () => {
-    const dying = ledger({ USAGE_LEASE_TTL_MS: '300', USAGE_CHECKPOINT_MS: '100' });
+    const dying = ledger({ leaseTtlMs: 300, checkpointMs: 100 });
     const u = unit(11);
     await dying.checkpoint([u]);
     expect((await rows([u.refId]))[0].status).to.equal('live');
@@ -144,8 +146,8 @@ describe('usage ledger', function () {
       await replayer.flush();
       const adoptedAll = fs.readdirSync(spoolDir).filter((f) => f.endsWith('.jsonl'));
       expect(adoptedAll).to.deep.equal([path.basename(offline.spool.file)]);
-      // A file of a living pid is adopted once nobody has touched it for USAGE_SPOOL_ORPHAN_MS: a third replay.
-      const again = ledger({ USAGE_SPOOL_ORPHAN_MS: '1000', USAGE_RETRY_MAX_MS: '100' });
+      // A file of a living pid is adopted once nobody has touched it for `spoolOrphanMs`: a third replay.
+      const again = ledger({ spoolOrphanMs: 1000, retryMaxMs: 100 });
       fs.utimesSync(offline.spool.file, new Date(Date.now() - 5000), new Date(Date.now() - 5000));
       await again.sweep();
       await again.flush();
@@ -162,8 +164,8 @@ describe('usage ledger', function () {
       expect(fs.existsSync(path.join(spoolDir, 'rejected.log'))).to.equal(false);
     });
 
-    it('refuses new work once the spool holds USAGE_SPOOL_MAX_UNITS', async () => {
-      const offline = ledger({ USAGE_SPOOL_MAX_UNITS: '2' }, down);
+    it('refuses new work once the spool holds `spoolMaxUnits`', async () => {
+      const offline = ledger({ spoolMaxUnits: 2 }, down);
       await offline.record(unit(1));
       expect(offline.accepting).to.equal(true);
       await offline.record(unit(1));

@@ -61,12 +61,8 @@ describe('usage through a Postgres outage', function () {
     const env = {
       DATA_DIR: pg.scratch,
       USAGE_SPOOL_DIR: spoolDir,
-      USAGE_CHECKPOINT_MS: '300',
-      USAGE_LEASE_TTL_MS: '3000',
-      USAGE_SWEEP_MS: '500',
-      USAGE_RETRY_MIN_MS: '200',
-      USAGE_RETRY_MAX_MS: '1000',
-      USAGE_WRITE_TIMEOUT_MS: '2000',
+      // Usage leases follow it: checkpoints and sweeps every second (replays back off up to 10 s).
+      REALTIME_LEASE_TTL_MS: '3000',
       LOG_LEVEL: 'error',
     };
     const A = await forkRealtime(pg.url, env);
@@ -140,14 +136,11 @@ describe('usage through a Postgres outage', function () {
     await pg.start(); // running whatever the test before left
     const spoolDir = path.join(pg.scratch, 'api-spool');
     const t = await startSpeechApp(
+      { STT_THREADS: '1', USAGE_SPOOL_DIR: spoolDir },
       {
-        STT_THREADS: '1',
-        USAGE_SPOOL_DIR: spoolDir,
-        USAGE_RETRY_MIN_MS: '200',
-        USAGE_RETRY_MAX_MS: '1000',
-        USAGE_WRITE_TIMEOUT_MS: '2000',
+        db: { name: 'stt', url: pg.url, drop: async () => {} },
+        overrides: { ledger: { retryMinMs: 200, retryMaxMs: 1000, writeTimeoutMs: 2000 } },
       },
-      { db: { name: 'stt', url: pg.url, drop: async () => {} } },
     );
     try {
       const clip = fs.readFileSync(path.join(AUDIO_DIR, 'librivox-austen-0870.wav'));

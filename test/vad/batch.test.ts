@@ -13,6 +13,7 @@ import { canonicalWavSamples } from '../../shared/audio/index.js';
 import { Segmenter, type SegmenterEvent, type SegmenterSettings } from '../../shared/vad/segmenter.js';
 import { SileroPool, WINDOW_SAMPLES } from '../../shared/vad/silero.js';
 import { InlineVad, ThreadedVad, type VadEvent, type VadService } from '../../shared/vad/service.js';
+import { pushThrough } from '../../shared/vad/rounds.js';
 
 const AUDIO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../shared/test-audio');
 const silence = (ms: number) => Buffer.alloc(Math.round(ms * 16) * 2);
@@ -79,10 +80,23 @@ async function segmentAll(vad: VadService, streams: Buffer[]): Promise<string[][
 describe('batched silero VAD', function () {
   this.timeout(120_000);
 
-  it('gives the same utterances as one stream at a time (real clips, VAD thread)', async () => {
+  it('gives the same utterances as one stream at a time (real clips, inline and VAD thread)', async () => {
     // 3 copies of each clip with different settings: 18 streams, batches of up to 18 windows.
     const streams = [...clips, ...clips, ...clips];
-    const inline = new InlineVad(new SileroPool({ modelPath: v.modelPath, warm: 0, max: 64 }), segOpts);
+    // One stream at a time, every model call of batch 1.
+    const alone = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 1 });
+    const expected: string[][] = [];
+    for (const [i, pcm] of streams.entries()) {
+      const seg = new Segmenter(settingsOf(i), alone, segOpts);
+      const evs: VadEvent[] = await pushThrough(seg, alone, pcm);
+      expected.push([...evs, ...seg.flush(), { type: 'flushed' as const }].map(describeEvent));
+      seg.close();
+    }
+    expect(alone.model.calls).to.equal(alone.model.windows);
+    const inline = new InlineVad(
+      await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 64 }),
+      segOpts,
+    );
     const threaded = await ThreadedVad.start(1, {
       ...v,
       poolWarm: 0,
@@ -91,9 +105,8 @@ describe('batched silero VAD', function () {
       batchWindows: 64,
     });
     try {
-      const expected = await segmentAll(inline, streams);
-      const batched = await segmentAll(threaded, streams);
-      expect(batched).to.deep.equal(expected);
+      expect(await segmentAll(inline, streams)).to.deep.equal(expected);
+      expect(await segmentAll(threaded, streams)).to.deep.equal(expected);
       // Real speech was segmented by the VAD, not just flushed.
       for (const evs of expected)
         expect(
@@ -105,18 +118,14 @@ describe('batched silero VAD', function () {
     }
   });
 
-  it('a stream blocked on the model keeps its later operations in order, and a close while queued is safe', () => {
-    const pool = new SileroPool({ modelPath: v.modelPath, warm: 0, max: 4 });
-    const opts = { ...segOpts, deferred: true };
-    const a = new Segmenter(settingsOf(0), pool, opts);
-    const b = new Segmenter(settingsOf(0), pool, opts);
-    const ref = new Segmenter(
-      settingsOf(0),
-      new SileroPool({ modelPath: v.modelPath, warm: 0, max: 1 }),
-      segOpts,
-    );
+  it('a stream blocked on the model keeps its later operations in order, and a close while queued is safe', async () => {
+    const pool = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 4 });
+    const a = new Segmenter(settingsOf(0), pool, segOpts);
+    const b = new Segmenter(settingsOf(0), pool, segOpts);
+    const refPool = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 1 });
+    const ref = new Segmenter(settingsOf(0), refPool, segOpts);
     const clip = clips[0];
-    const expected = [...ref.push(clip), ...ref.flush()].map(describeEvent);
+    const expected = [...(await pushThrough(ref, refPool, clip)), ...ref.flush()].map(describeEvent);
 
     const got: SegmenterEvent[] = [...a.push(clip)];
     b.push(clip.subarray(0, 40 * WINDOW_SAMPLES * 2));
@@ -125,7 +134,7 @@ describe('batched silero VAD', function () {
     // b closes while its window is queued: the model still runs it, then its state goes back.
     b.close();
     while (pool.model.pending > 0) {
-      pool.model.run();
+      await pool.model.run();
       got.push(...a.resume());
     }
     got.push(...a.flush());

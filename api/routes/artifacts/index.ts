@@ -5,13 +5,12 @@
  * there (404). Keys that try to leave it (`..`, absolute, backslashes,
  * percent-encoded anything) are refused (404 `invalid_key`) before reaching storage.
  */
-import type Router from '@koa/router';
 import type { AppDeps } from '../../deps.js';
 import { requireApiKey } from '../../http/auth.js';
 import { ApiError, usePlane } from '../../http/errors.js';
+import type { Route } from '../../http/routes.js';
 import { pathParam } from '../../openapi/registry.js';
 import { batchErrorSchema } from '../../openapi/schemas.js';
-import { batchRuntime } from '../../batch/runtime.js';
 import { assertSafeKey, InvalidKeyError } from '../../../shared/storage/index.js';
 
 export const ARTIFACT_PREFIX = '/r2/';
@@ -29,34 +28,42 @@ export function artifactKeyFromPath(rawPath: string): string {
   }
 }
 
-export function register(router: Router, deps: AppDeps): void {
-  router.get('/r2/{*key}', usePlane('batch'), requireApiKey(deps.auth), async (ctx) => {
-    const key = artifactKeyFromPath(ctx.path);
-    const value = await batchRuntime(deps).readArtifact(ctx.state.principal.ownerId, key);
-    if (value === null) throw new ApiError(404, 'artifact_not_found', 'Artifact not found.');
-    ctx.set('Cache-Control', 'private, no-store');
-    ctx.body = value;
-  });
-  deps.openapi.add({
-    method: 'get',
-    path: '/r2/{key}',
-    operationId: 'getArtifact',
-    summary: 'Read a stored JSON artifact of the calling tenant',
-    description:
-      'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes. Only the tenant that created the job can read them.',
-    tags: ['batch'],
-    security: 'apiKey',
-    parameters: [
-      pathParam('key', { type: 'string' }, 'Object key, e.g. `transcription/{request_id}/result.json`.'),
-    ],
-    responses: {
-      '200': { description: 'The stored JSON document.', schema: { type: 'object' } },
-      '401': { description: 'Authentication failed.', schema: batchErrorSchema },
-      '404': {
+export function routes(deps: AppDeps): Route[] {
+  return [
+    {
+      method: 'get',
+      path: '/r2/{*key}',
+      chain: [
+        usePlane('batch'),
+        requireApiKey(deps.auth),
+        async (ctx) => {
+          const key = artifactKeyFromPath(ctx.path);
+          const value = await deps.batch.readArtifact(ctx.state.principal.ownerId, key);
+          if (value === null) throw new ApiError(404, 'artifact_not_found', 'Artifact not found.');
+          ctx.set('Cache-Control', 'private, no-store');
+          ctx.body = value;
+        },
+      ],
+      doc: {
+        operationId: 'getArtifact',
+        summary: 'Read a stored JSON artifact of the calling tenant',
         description:
-          'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).',
-        schema: batchErrorSchema,
+          'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes. Only the tenant that created the job can read them.',
+        tags: ['batch'],
+        security: 'apiKey',
+        parameters: [
+          pathParam('key', { type: 'string' }, 'Object key, e.g. `transcription/{request_id}/result.json`.'),
+        ],
+        responses: {
+          '200': { description: 'The stored JSON document.', schema: { type: 'object' } },
+          '401': { description: 'Authentication failed.', schema: batchErrorSchema },
+          '404': {
+            description:
+              'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).',
+            schema: batchErrorSchema,
+          },
+        },
       },
     },
-  });
+  ];
 }

@@ -8,10 +8,9 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import type Router from '@koa/router';
 import { koaSwagger } from 'koa2-swagger-ui';
-import type { AppDeps } from '../../deps.js';
 import { ApiError } from '../../http/errors.js';
+import type { Route } from '../../http/routes.js';
 
 const DIST = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
 
@@ -26,15 +25,9 @@ const ASSETS: Record<string, { file: string; type: string }> = {
   'favicon-32x32.png': { file: 'favicon-32x32.png', type: 'image/png' },
 };
 
-export function register(router: Router, deps: AppDeps): void {
+/** The documentation routes; `document` gives the OpenAPI document of every route (asked on first use). */
+export function routes(document: () => object): Route[] {
   let cached: string | undefined;
-  router.get('/openapi.json', (ctx) => {
-    // Built on first request, after every route module has registered its operations.
-    cached ??= JSON.stringify(deps.openapi.document());
-    ctx.type = 'application/json';
-    ctx.body = cached;
-  });
-
   const page = koaSwagger({
     routePrefix: false,
     title: 'Audio Transcription Service',
@@ -44,20 +37,46 @@ export function register(router: Router, deps: AppDeps): void {
     swaggerVersion: 'assets',
     favicon: '/docs/assets/favicon-32x32.png',
   });
-  router.get('/docs', async (ctx, next) => {
-    await page(ctx, next);
-    // Web fonts are the page's one remaining outside request; the system fonts do.
-    if (typeof ctx.body === 'string') {
-      ctx.body = ctx.body.replace(/<link href="https:\/\/fonts\.googleapis\.com[^>]*>\s*/, '');
-    }
-  });
-  router.get('/docs/assets/:name', (ctx) => {
-    // Own names only: `constructor`, `__proto__` and `toString` are not assets.
-    const name = ctx.params.name;
-    if (!Object.hasOwn(ASSETS, name)) throw new ApiError(404, 'not_found', 'Unknown documentation asset.');
-    const asset = ASSETS[name]!;
-    ctx.type = asset.type;
-    ctx.set('Cache-Control', 'public, max-age=86400');
-    ctx.body = fs.createReadStream(path.join(DIST, asset.file));
-  });
+  return [
+    {
+      method: 'get',
+      path: '/openapi.json',
+      chain: [
+        (ctx) => {
+          cached ??= JSON.stringify(document());
+          ctx.type = 'application/json';
+          ctx.body = cached;
+        },
+      ],
+    },
+    {
+      method: 'get',
+      path: '/docs',
+      chain: [
+        async (ctx, next) => {
+          await page(ctx, next);
+          // Web fonts are the page's one remaining outside request; the system fonts do.
+          if (typeof ctx.body === 'string') {
+            ctx.body = ctx.body.replace(/<link href="https:\/\/fonts\.googleapis\.com[^>]*>\s*/, '');
+          }
+        },
+      ],
+    },
+    {
+      method: 'get',
+      path: '/docs/assets/:name',
+      chain: [
+        (ctx) => {
+          // Own names only: `constructor`, `__proto__` and `toString` are not assets.
+          const name = ctx.params.name;
+          if (!Object.hasOwn(ASSETS, name))
+            throw new ApiError(404, 'not_found', 'Unknown documentation asset.');
+          const asset = ASSETS[name]!;
+          ctx.type = asset.type;
+          ctx.set('Cache-Control', 'public, max-age=86400');
+          ctx.body = fs.createReadStream(path.join(DIST, asset.file));
+        },
+      ],
+    },
+  ];
 }

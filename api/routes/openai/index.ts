@@ -5,11 +5,11 @@
  * answer 404 in OpenAI's error shape with a message that says so and names
  * what is offered, instead of an anonymous "unknown route".
  */
-import type Router from '@koa/router';
 import type { AppDeps } from '../../deps.js';
 import { requireApiKey } from '../../http/auth.js';
 import { ApiError, usePlane } from '../../http/errors.js';
-import { requestRateLimit } from '../../http/rateLimit.js';
+import { pollRateLimit } from '../../http/rateLimit.js';
+import type { Route } from '../../http/routes.js';
 import { apiErrorSchema } from '../../openapi/schemas.js';
 import type { Config } from '../../../shared/config/index.js';
 
@@ -58,77 +58,92 @@ export function deploymentModels(
   return [{ id, object: 'model', created: CREATED, owned_by: config.serviceName }];
 }
 
-export function register(router: Router, deps: AppDeps): void {
-  const pollBucket = deps.config.pollRequestsPerMinute || undefined;
-  const chain = [
-    usePlane('api'),
-    requireApiKey(deps.auth),
-    requestRateLimit(deps.limits, { bucket: 'polls', perMinute: () => pollBucket, what: 'reads' }),
-  ];
-  const models = deploymentModels(deps.config);
-
-  router.get('/v1/models', ...chain, (ctx) => {
-    ctx.body = { object: 'list', data: models };
-  });
-  router.get('/v1/models/:model', ...chain, (ctx) => {
-    const model = models.find((m) => m.id === ctx.params.model);
-    if (!model) {
-      throw new ApiError(
-        404,
-        'model_not_found',
-        `The model "${ctx.params.model.slice(0, 100)}" does not exist here. Models: ${models.map((m) => m.id).join(', ')}.`,
-      );
-    }
-    ctx.body = model;
-  });
-
-  const names = Object.keys(NOT_OFFERED)
+const NOT_OFFERED_PATHS = new RegExp(
+  `^/v1/(${Object.keys(NOT_OFFERED)
     .map((n) => n.replace('/', '\\/'))
-    .join('|');
-  router.all(new RegExp(`^/v1/(${names})(/.*)?$`), usePlane('api'), (ctx) => {
-    const what = NOT_OFFERED[/^\/v1\/(audio\/\w+|\w+)/.exec(ctx.path)![1]];
-    throw new ApiError(
-      404,
-      'endpoint_not_offered',
-      `This speech-to-text service does not offer ${ctx.method} ${ctx.path} (${what}). ${OFFERED}`,
-    );
-  });
+    .join('|')})(/.*)?$`,
+);
 
-  const modelErrors = {
-    '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-    '429': { description: '`rate_limit_exceeded`', schema: apiErrorSchema },
-  };
-  deps.openapi.add({
-    method: 'get',
-    path: '/v1/models',
-    operationId: 'listModels',
-    summary: 'Models this deployment can run (OpenAI-compatible)',
-    tags: ['openai'],
-    security: 'apiKey',
-    responses: {
-      '200': {
-        description: 'Model list',
-        schema: {
-          type: 'object',
-          required: ['object', 'data'],
-          properties: { object: { const: 'list' }, data: { type: 'array', items: modelSchema } },
+const modelErrors = {
+  '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
+  '429': { description: '`rate_limit_exceeded`', schema: apiErrorSchema },
+};
+
+export function routes(deps: AppDeps): Route[] {
+  const guard = [usePlane('api'), requireApiKey(deps.auth), pollRateLimit(deps, 'reads')];
+  const models = deploymentModels(deps.config);
+  return [
+    {
+      method: 'get',
+      path: '/v1/models',
+      chain: [
+        ...guard,
+        (ctx) => {
+          ctx.body = { object: 'list', data: models };
+        },
+      ],
+      doc: {
+        operationId: 'listModels',
+        summary: 'Models this deployment can run (OpenAI-compatible)',
+        tags: ['openai'],
+        security: 'apiKey',
+        responses: {
+          '200': {
+            description: 'Model list',
+            schema: {
+              type: 'object',
+              required: ['object', 'data'],
+              properties: { object: { const: 'list' }, data: { type: 'array', items: modelSchema } },
+            },
+          },
+          ...modelErrors,
         },
       },
-      ...modelErrors,
     },
-  });
-  deps.openapi.add({
-    method: 'get',
-    path: '/v1/models/{model}',
-    operationId: 'getModel',
-    summary: 'One model (OpenAI-compatible)',
-    tags: ['openai'],
-    security: 'apiKey',
-    parameters: [{ name: 'model', in: 'path', required: true, schema: { type: 'string' } }],
-    responses: {
-      '200': { description: 'Model', schema: modelSchema },
-      '404': { description: '`model_not_found`', schema: apiErrorSchema },
-      ...modelErrors,
+    {
+      method: 'get',
+      path: '/v1/models/:model',
+      chain: [
+        ...guard,
+        (ctx) => {
+          const model = models.find((m) => m.id === ctx.params.model);
+          if (!model) {
+            throw new ApiError(
+              404,
+              'model_not_found',
+              `The model "${ctx.params.model.slice(0, 100)}" does not exist here. Models: ${models.map((m) => m.id).join(', ')}.`,
+            );
+          }
+          ctx.body = model;
+        },
+      ],
+      doc: {
+        operationId: 'getModel',
+        summary: 'One model (OpenAI-compatible)',
+        tags: ['openai'],
+        security: 'apiKey',
+        parameters: [{ name: 'model', in: 'path', required: true, schema: { type: 'string' } }],
+        responses: {
+          '200': { description: 'Model', schema: modelSchema },
+          '404': { description: '`model_not_found`', schema: apiErrorSchema },
+          ...modelErrors,
+        },
+      },
     },
-  });
+    {
+      method: 'all',
+      path: NOT_OFFERED_PATHS,
+      chain: [
+        usePlane('api'),
+        (ctx) => {
+          const what = NOT_OFFERED[/^\/v1\/(audio\/\w+|\w+)/.exec(ctx.path)![1]];
+          throw new ApiError(
+            404,
+            'endpoint_not_offered',
+            `This speech-to-text service does not offer ${ctx.method} ${ctx.path} (${what}). ${OFFERED}`,
+          );
+        },
+      ],
+    },
+  ];
 }

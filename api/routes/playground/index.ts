@@ -9,9 +9,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { AppDeps } from '../../deps.js';
+import type { Route } from '../../http/routes.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 /** Beside this file when run from source; from the source tree when run compiled (dist/ holds no static files). */
@@ -38,8 +38,8 @@ export const PLAYGROUND_CSP = [
   "form-action 'self'",
 ].join('; ');
 
-export function register(router: Router, deps: AppDeps): void {
-  if (!deps.config.playgroundEnabled) return;
+export function routes(deps: AppDeps): Route[] {
+  if (!deps.config.playgroundEnabled) return [];
   // Small files, read once: the page is the same for every visitor.
   const cache = new Map(
     Object.entries(FILES).map(([p, f]) => [p, { ...f, body: fs.readFileSync(path.join(STATIC, f.file)) }]),
@@ -53,5 +53,5 @@ export function register(router: Router, deps: AppDeps): void {
     ctx.type = asset.type;
     ctx.body = asset.body;
   };
-  for (const p of cache.keys()) router.get(p, serve);
+  return [...cache.keys()].map((p) => ({ method: 'get', path: p, chain: [serve] }));
 }

@@ -1,12 +1,12 @@
 /** POST /v1/audio/transcriptions/session-token (interface 4.7): short-lived `rt_` tokens for browsers. */
-import type Router from '@koa/router';
 import type { AppDeps } from '../../deps.js';
 import { authError, requireApiKey } from '../../http/auth.js';
 import { usePlane } from '../../http/errors.js';
 import { requestRateLimit } from '../../http/rateLimit.js';
-import { apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
+import type { Route } from '../../http/routes.js';
+import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 
-export const REALTIME_PATH = '/v1/audio/transcriptions/stream';
+import { STREAM_PATH } from '../../../shared/paths.js';
 
 const tokenSchema = {
   type: 'object',
@@ -17,44 +17,43 @@ const tokenSchema = {
       type: 'integer',
       minimum: 1,
       maximum: 60,
-      description: 'Seconds: 60 (SESSION_TOKEN_TTL_SECONDS may only shorten it)',
+      description: 'Seconds: 60',
     },
-    endpoint: { type: 'string', const: REALTIME_PATH },
+    endpoint: { type: 'string', const: STREAM_PATH },
   },
 } as const;
 
-export function register(router: Router, deps: AppDeps): void {
-  router.post(
-    '/v1/audio/transcriptions/session-token',
-    usePlane('api'),
-    requireApiKey(deps.auth),
-    requestRateLimit(deps.limits),
-    (ctx) => {
-      const issued = deps.auth.issueSessionToken(ctx.state.principal);
-      if ('ok' in issued) throw authError(issued);
-      ctx.res.setHeader('Cache-Control', 'no-store');
-      ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: REALTIME_PATH };
-    },
-  );
-  deps.openapi.add({
-    method: 'post',
-    path: '/v1/audio/transcriptions/session-token',
-    operationId: 'createSessionToken',
-    summary: 'Issue a 60-second realtime session token bound to the calling key',
-    tags: ['realtime'],
-    security: 'apiKey',
-    responses: {
-      '200': { description: 'Token', schema: tokenSchema },
-      '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-      '429': {
-        description: 'Request rate limit exceeded',
-        schema: apiErrorSchema,
-        headers: rateLimitHeaders,
+export function routes(deps: AppDeps): Route[] {
+  return [
+    {
+      method: 'post',
+      path: '/v1/audio/transcriptions/session-token',
+      chain: [
+        usePlane('api'),
+        requireApiKey(deps.auth),
+        requestRateLimit(deps.limits),
+        (ctx) => {
+          const issued = deps.auth.issueSessionToken(ctx.state.principal);
+          if ('ok' in issued) throw authError(issued);
+          ctx.res.setHeader('Cache-Control', 'no-store');
+          ctx.body = { token: issued.token, expires_in: issued.expires_in, endpoint: STREAM_PATH };
+        },
+      ],
+      doc: {
+        operationId: 'createSessionToken',
+        summary: 'Issue a 60-second realtime session token bound to the calling key',
+        tags: ['realtime'],
+        security: 'apiKey',
+        responses: {
+          '200': { description: 'Token', schema: tokenSchema },
+          '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
+          '429': tooManyRequests('Request rate limit exceeded', apiErrorSchema),
+          '503': {
+            description: '`token_issuer_unavailable` (secret not configured) or `auth_unavailable`',
+            schema: apiErrorSchema,
+          },
+        },
       },
-      '503': {
-        description: '`token_issuer_unavailable` (secret not configured) or `auth_unavailable`',
-        schema: apiErrorSchema,
-      },
     },
-  });
+  ];
 }

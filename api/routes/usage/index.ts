@@ -11,17 +11,17 @@
  * Each: audio seconds by plane, requests, sessions and jobs per UTC day over
  * `from`..`to`, and every key's current billing window against its plan.
  */
-import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { AppDeps } from '../../deps.js';
 import { requireAdmin, requireApiKey } from '../../http/auth.js';
 import { ApiError, usePlane } from '../../http/errors.js';
-import { requestRateLimit } from '../../http/rateLimit.js';
+import { pollRateLimit } from '../../http/rateLimit.js';
+import type { Route } from '../../http/routes.js';
 import { compile, validateQuery } from '../../http/validate.js';
 import { pathParam } from '../../openapi/registry.js';
-import { adminEnvelope, adminErrorSchema, apiErrorSchema, rateLimitHeaders } from '../../openapi/schemas.js';
+import { adminEnvelope, apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
-import { ADMIN_PREFIX } from '../admin/index.js';
+import { ADMIN_PREFIX, adminDoc, adminErrors } from '../admin/index.js';
 import { keyIdParam } from '../admin/schemas.js';
 import { type DateRange, isoDay, reportKeys, usageReport } from './report.js';
 import { type UsageQuery, usageQuery, usageReportSchema } from './schemas.js';
@@ -50,7 +50,15 @@ export function resolveRange(q: UsageQuery, now = Date.now()): DateRange {
   return { from, to };
 }
 
-export function register(router: Router, deps: AppDeps): void {
+const rangeParams = (['from', 'to'] as const).map((name) => ({
+  name,
+  in: 'query',
+  required: false,
+  schema: usageQuery.properties[name],
+}));
+const SUMMARY = 'audio seconds by plane, requests, sessions and jobs per UTC day, and the billing window';
+
+export function routes(deps: AppDeps): Route[] {
   const { db, plans, config } = deps;
   const admin = requireAdmin(config.auth.adminToken);
   const query = validateQuery(usageQuery);
@@ -59,91 +67,88 @@ export function register(router: Router, deps: AppDeps): void {
   const validKeyId = compile(keyIdParam);
   const validOwner = compile(ownerIdParam);
 
-  router.get(`${ADMIN_PREFIX}/owners/:ownerId/usage`, usePlane('admin'), admin, query, async (ctx) => {
-    const ownerId = ctx.params.ownerId;
-    if (!validOwner(ownerId)) throw new ApiError(400, 'invalid_request', 'Invalid owner id.');
-    const data = await report(ctx, await reportKeys(db, { ownerId }));
-    ctx.set('Cache-Control', 'no-store');
-    ctx.body = { ok: true, data: { ownerId, ...data } };
-  });
-
-  router.get(`${ADMIN_PREFIX}/keys/:id/usage`, usePlane('admin'), admin, query, async (ctx) => {
-    const id = ctx.params.id;
-    const keys = validKeyId(id) ? await reportKeys(db, { keyId: id }) : [];
-    if (keys.length === 0) throw new ApiError(404, 'key_not_found', 'No key with that id.');
-    const data = await report(ctx, keys);
-    ctx.set('Cache-Control', 'no-store');
-    ctx.body = { ok: true, data: { keyId: id, ownerId: keys[0].owner_id, ...data } };
-  });
-
-  const pollBucket = config.pollRequestsPerMinute || undefined;
-  router.get(
-    SELF_USAGE_PATH,
-    usePlane('api'),
-    requireApiKey(deps.auth),
-    requestRateLimit(deps.limits, { bucket: 'polls', perMinute: () => pollBucket, what: 'reads' }),
-    query,
-    async (ctx) => {
-      const principal = ctx.state.principal as Principal;
-      const data = await report(ctx, await reportKeys(db, { keyId: principal.keyId }));
-      ctx.set('Cache-Control', 'no-store');
-      ctx.body = { keyId: principal.keyId, ownerId: principal.ownerId, ...data };
+  return [
+    {
+      method: 'get',
+      path: `${ADMIN_PREFIX}/owners/:ownerId/usage`,
+      chain: [
+        usePlane('admin'),
+        admin,
+        query,
+        async (ctx) => {
+          const ownerId = ctx.params.ownerId;
+          if (!validOwner(ownerId)) throw new ApiError(400, 'invalid_request', 'Invalid owner id.');
+          const data = await report(ctx, await reportKeys(db, { ownerId }));
+          ctx.set('Cache-Control', 'no-store');
+          ctx.body = { ok: true, data: { ownerId, ...data } };
+        },
+      ],
+      doc: adminDoc({
+        operationId: 'ownerUsage',
+        summary: `Usage of every key of one owner: ${SUMMARY}`,
+        parameters: [pathParam('ownerId', ownerIdParam, 'Owner (tenant) id'), ...rangeParams],
+        responses: {
+          '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
+          ...adminErrors(['400', '401', '500']),
+        },
+      }),
     },
-  );
-
-  describe(deps);
-}
-
-function describe(deps: AppDeps): void {
-  const rangeParams = (['from', 'to'] as const).map((name) => ({
-    name,
-    in: 'query',
-    required: false,
-    schema: usageQuery.properties[name],
-  }));
-  const adminErrors = (codes: string[]) =>
-    Object.fromEntries(codes.map((c) => [c, { description: 'Error envelope', schema: adminErrorSchema }]));
-  const summary = 'audio seconds by plane, requests, sessions and jobs per UTC day, and the billing window';
-  deps.openapi.add({
-    method: 'get',
-    path: `${ADMIN_PREFIX}/owners/{ownerId}/usage`,
-    operationId: 'ownerUsage',
-    summary: `Usage of every key of one owner: ${summary}`,
-    tags: ['admin'],
-    security: 'admin',
-    parameters: [pathParam('ownerId', ownerIdParam, 'Owner (tenant) id'), ...rangeParams],
-    responses: {
-      '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
-      ...adminErrors(['400', '401', '500']),
+    {
+      method: 'get',
+      path: `${ADMIN_PREFIX}/keys/:id/usage`,
+      chain: [
+        usePlane('admin'),
+        admin,
+        query,
+        async (ctx) => {
+          const id = ctx.params.id;
+          const keys = validKeyId(id) ? await reportKeys(db, { keyId: id }) : [];
+          if (keys.length === 0) throw new ApiError(404, 'key_not_found', 'No key with that id.');
+          const data = await report(ctx, keys);
+          ctx.set('Cache-Control', 'no-store');
+          ctx.body = { ok: true, data: { keyId: id, ownerId: keys[0].owner_id, ...data } };
+        },
+      ],
+      doc: adminDoc({
+        operationId: 'keyUsage',
+        summary: `Usage of one key: ${SUMMARY}`,
+        parameters: [pathParam('id', keyIdParam, 'Key id'), ...rangeParams],
+        responses: {
+          '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
+          ...adminErrors(['400', '401', '404', '500']),
+        },
+      }),
     },
-  });
-  deps.openapi.add({
-    method: 'get',
-    path: `${ADMIN_PREFIX}/keys/{id}/usage`,
-    operationId: 'keyUsage',
-    summary: `Usage of one key: ${summary}`,
-    tags: ['admin'],
-    security: 'admin',
-    parameters: [pathParam('id', keyIdParam, 'Key id'), ...rangeParams],
-    responses: {
-      '200': { description: 'Usage report', schema: adminEnvelope(usageReportSchema) },
-      ...adminErrors(['400', '401', '404', '500']),
+    {
+      method: 'get',
+      path: SELF_USAGE_PATH,
+      chain: [
+        usePlane('api'),
+        requireApiKey(deps.auth),
+        pollRateLimit(deps, 'reads'),
+        query,
+        async (ctx) => {
+          const principal = ctx.state.principal as Principal;
+          const data = await report(ctx, await reportKeys(db, { keyId: principal.keyId }));
+          ctx.set('Cache-Control', 'no-store');
+          ctx.body = { keyId: principal.keyId, ownerId: principal.ownerId, ...data };
+        },
+      ],
+      doc: {
+        operationId: 'ownUsage',
+        summary: `Usage of the calling key: ${SUMMARY}`,
+        description:
+          'For key holders (the playground). Counted against POLL_REQUESTS_PER_MINUTE, not the plan.',
+        tags: ['usage'],
+        security: 'apiKey',
+        parameters: rangeParams,
+        responses: {
+          '200': { description: 'Usage report of the calling key', schema: usageReportSchema },
+          '400': { description: '`invalid_request`, `invalid_range`', schema: apiErrorSchema },
+          '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
+          '429': tooManyRequests('`rate_limit_exceeded`', apiErrorSchema),
+        },
+      },
     },
-  });
-  deps.openapi.add({
-    method: 'get',
-    path: SELF_USAGE_PATH,
-    operationId: 'ownUsage',
-    summary: `Usage of the calling key: ${summary}`,
-    description: 'For key holders (the playground). Counted against POLL_REQUESTS_PER_MINUTE, not the plan.',
-    tags: ['usage'],
-    security: 'apiKey',
-    parameters: rangeParams,
-    responses: {
-      '200': { description: 'Usage report of the calling key', schema: usageReportSchema },
-      '400': { description: '`invalid_request`, `invalid_range`', schema: apiErrorSchema },
-      '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
-      '429': { description: '`rate_limit_exceeded`', schema: apiErrorSchema, headers: rateLimitHeaders },
-    },
-  });
+  ];
 }

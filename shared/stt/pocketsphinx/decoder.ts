@@ -47,7 +47,8 @@ export interface RecognizedWord {
   confidence: number;
 }
 
-export const SAMPLE_RATE = 16_000;
+import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../../audio/pcm.js';
+export { SAMPLE_RATE };
 export const FRAME_SECONDS = 0.01;
 
 type Fn = (...args: unknown[]) => unknown;

@@ -25,12 +25,11 @@ import { fmt } from '../speech/common.js';
 
 const chunkSeconds = Number(process.argv[2] ?? 300);
 const mins = (process.argv[3]?.startsWith('--') ? '0,10,20,30' : (process.argv[3] ?? '0,10,20,30')).split(',').map(Number);
-const config = loadConfig({
-  STT_THREADS: '2',
-  STT_BUILTIN_TIMEOUT_BASE_MS: '900000',
+const config = loadConfig(
+  { STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '900000' },
   // All pieces are queued at once (the workflow holds them in its own slots instead).
-  STT_BUILTIN_QUEUE_TIMEOUT_MS: '900000',
-});
+  { speech: { builtin: { queueTimeoutMs: 900_000 } } },
+);
 const engine = new BuiltinEngine(config.speech.builtin, createLogger({ level: 'warn' }));
 await engine.ready();
 const clips = loadClips();

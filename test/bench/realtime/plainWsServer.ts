@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer } from 'ws';
-import { loadConfig } from '../../../shared/config/index.js';
+import { loadConfig, type ConfigOverrides } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { windowUsage } from '../../../shared/usage.js';
 import { createVadService } from '../../../shared/vad/service.js';
@@ -15,19 +15,21 @@ import { createRealtimeDeps } from '../../../realtime/main.js';
 import { CircuitBreaker } from '../../../realtime/breaker.js';
 import { ConnectionQuota } from '../../../realtime/quota.js';
 import { UsageMeter } from '../../../realtime/metering.js';
-import { realtimeCredential } from '../../../realtime/server.js';
+import { realtimeCredential } from '../../../realtime/admission.js';
 import { RealtimeSession, newSessionId } from '../../../realtime/session.js';
 import { GatewayTimings } from '../../../realtime/timings.js';
 
-const config = loadConfig();
+// Internal tuning laid over the environment's settings, as tunedRealtime.ts does for realtime/main.ts.
+const config = loadConfig(process.env, JSON.parse(process.argv[2] ?? '{}') as ConfigOverrides);
 const logger = createLogger({ level: 'warn' });
 const deps = await createRealtimeDeps(config, logger);
 const rt = config.realtime;
 const breaker = new CircuitBreaker(rt.breaker);
 const quota = new ConnectionQuota(deps.limits, rt, logger);
+// Declared before the meter: its checkpoint timer may fire while the VAD threads start.
+const sessions = new Set<RealtimeSession>();
 const meter = new UsageMeter(deps.ledger, () => sessions, config.ledger.checkpointMs);
 const vad = await createVadService(rt.vad.threads, rt.vad);
-const sessions = new Set<RealtimeSession>();
 const timings = new GatewayTimings();
 
 const server = http.createServer((req, res) => {

@@ -29,6 +29,7 @@ import { createDb } from '../../../shared/db/index.js';
 import { PlanCatalog } from '../../../shared/plans.js';
 import { KeyStore } from '../../../shared/auth/index.js';
 import { runLoad } from '../../load/realtime-load.js';
+import type { ConfigOverrides } from '../../../shared/config/index.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '../../..');
@@ -62,12 +63,14 @@ for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => process.
 
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 
+/** Runs `file` in a child process; `overrides` (internal tuning) reach tunedRealtime.ts and plainWsServer.ts as argv[2]. */
 function start(
   file: string,
   env: Record<string, string>,
   profile = false,
+  overrides: ConfigOverrides = {},
 ): Promise<{ child: ChildProcess; port: number }> {
-  const child = fork(file, [], {
+  const child = fork(file, [JSON.stringify(overrides)], {
     execArgv: [
       '--import',
       'tsx',
@@ -113,6 +116,17 @@ async function setup(): Promise<{ db: TestDatabase; key: string }> {
   return { db, key: rec.key! };
 }
 
+/** realtime/main.ts's process, with internal tuning from `start`'s overrides. */
+const REALTIME_SERVER = path.join(here, 'tunedRealtime.ts');
+
+/** Silero states created at start; `--vad off` turns the server VAD off by default; key lookups trusted 2 s. */
+function tuning(poolWarm: number): ConfigOverrides {
+  return {
+    auth: { keyCacheTtlMs: 2000 },
+    realtime: { vad: { poolWarm }, ...(VAD_OFF ? { vadDefaults: { vad: false } } : {}) },
+  };
+}
+
 function serverEnv(db: TestDatabase, extra: Record<string, string> = {}): Record<string, string> {
   return {
     DATABASE_URL: db.url,
@@ -120,8 +134,6 @@ function serverEnv(db: TestDatabase, extra: Record<string, string> = {}): Record
     PLANS_JSON,
     REALTIME_PORT: '0',
     REALTIME_HOST: '127.0.0.1',
-    AUTH_CACHE_TTL_MS: '2000',
-    ...(VAD_OFF ? { REALTIME_VAD: 'false', REALTIME_VAD_POOL_WARM: '0' } : {}),
     DB_POOL_MAX: '8',
     ...extra,
   };
@@ -132,8 +144,10 @@ async function idle(): Promise<void> {
   const { db, key } = await setup();
   const worker = await start(path.join(here, 'fakeWorker.ts'), {});
   const rtp = await start(
-    path.join(repoRoot, 'realtime/main.ts'),
-    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}`, REALTIME_VAD_POOL_WARM: '0' }),
+    REALTIME_SERVER,
+    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}` }),
+    false,
+    tuning(0),
   );
   try {
     await new Promise((r) => setTimeout(r, 1000));
@@ -198,11 +212,11 @@ async function streamsAgainst(
     file,
     serverEnv(db, {
       STT_WORKER_URLS: `http://127.0.0.1:${workerPort}`,
-      REALTIME_VAD_POOL_WARM: VAD_OFF ? '0' : String(Math.min(n, 256)),
       STT_ATTEMPT_TIMEOUT_MS: '5000',
       STT_BUDGET_MS: '10000',
     }),
     true,
+    tuning(VAD_OFF ? 0 : Math.min(n, 256)),
   );
   try {
     const warmup = 8;
@@ -268,7 +282,7 @@ async function streams(): Promise<void> {
   try {
     const uws = await streamsAgainst(
       'uWebSockets.js (realtime/main.ts)',
-      path.join(repoRoot, 'realtime/main.ts'),
+      REALTIME_SERVER,
       db,
       key,
       worker.port,

@@ -22,6 +22,7 @@
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import { InferenceSession, Tensor } from 'onnxruntime-node';
 import { loadConfig } from '../../../shared/config/index.js';
 import { SileroModel, SileroStream, WINDOW_SAMPLES, SAMPLE_RATE } from '../../../shared/vad/silero.js';
 import { batchedSileroModel, frameWindow, FRAMED_INPUT } from '../../../shared/vad/sileroGraph.js';
@@ -63,36 +64,24 @@ const cpuUs = () => {
 /** Flags per stream, and CPU µs per window. */
 type Result = { flags: Uint8Array[]; usPerWindow: number };
 
-// The shipped graph through the same binding (timing, and probabilities to compare with the rewrite).
-type Tensor = { data: Float32Array };
-type Session = {
-  loadModel(p: string | ArrayBufferLike, ...a: unknown[]): void;
-  run(f: unknown, o: unknown, r: unknown): Record<string, Tensor>;
-};
-const require = createRequire(import.meta.url);
-const ort = require('onnxruntime-node') as {
-  Tensor: new (t: string, d: Float32Array | BigInt64Array, dims: number[]) => unknown;
-};
-const binding = require('onnxruntime-node/dist/binding.js') as {
-  initOrt(): void;
-  binding: { InferenceSession: new () => Session };
-};
-binding.initOrt();
-const ORT_OPTIONS = {
+// The shipped graph through the same (public, asynchronous) API: timing, and probabilities to
+// compare with the rewrite.
+const ORT_OPTIONS: InferenceSession.SessionOptions = {
   intraOpNumThreads: 1,
   interOpNumThreads: 1,
   executionMode: 'sequential',
   graphOptimizationLevel: 'all',
 };
-const shipped = new binding.binding.InferenceSession();
-shipped.loadModel(modelPath, ORT_OPTIONS);
-const rewritten = new binding.binding.InferenceSession();
+const OUTPUTS = ['output', 'stateN'];
+const require = createRequire(import.meta.url);
+const shipped = await InferenceSession.create(modelPath, ORT_OPTIONS);
 const graph = batchedSileroModel(new Uint8Array(fs.readFileSync(modelPath)));
-rewritten.loadModel(graph.buffer, graph.byteOffset, graph.byteLength, ORT_OPTIONS);
-const SR = new ort.Tensor('int64', BigInt64Array.from([16000n]), []);
+const rewritten = await InferenceSession.create(graph, ORT_OPTIONS);
+const SR = new Tensor('int64', BigInt64Array.from([16000n]), []);
+const f32 = (t: Tensor) => t.data as Float32Array;
 
 /** The shipped graph, batch B (every window after each stream's first; state kept per stream). */
-function runShipped(batch: number): number {
+async function runShipped(batch: number): Promise<number> {
   const states = audio.map(() => new Float32Array(256));
   const t0 = cpuUs();
   for (let w = 1; w < WINDOWS; w++) {
@@ -106,18 +95,18 @@ function runShipped(batch: number): number {
         state.set(states[g + i].subarray(0, 128), i * 128);
         state.set(states[g + i].subarray(128), (n + i) * 128);
       }
-      const out = shipped.run(
+      const out = await shipped.run(
         {
-          input: new ort.Tensor('float32', input, [n, 576]),
-          state: new ort.Tensor('float32', state, [2, n, 128]),
+          input: new Tensor('float32', input, [n, 576]),
+          state: new Tensor('float32', state, [2, n, 128]),
           sr: SR,
         },
-        { output: null, stateN: null },
-        {},
+        OUTPUTS,
       );
+      const next = f32(out.stateN);
       for (let i = 0; i < n; i++) {
-        states[g + i].set(out.stateN.data.subarray(i * 128, (i + 1) * 128), 0);
-        states[g + i].set(out.stateN.data.subarray((n + i) * 128, (n + i + 1) * 128), 128);
+        states[g + i].set(next.subarray(i * 128, (i + 1) * 128), 0);
+        states[g + i].set(next.subarray((n + i) * 128, (n + i + 1) * 128), 128);
       }
     }
   }
@@ -125,7 +114,7 @@ function runShipped(batch: number): number {
 }
 
 /** Largest |p_shipped - p_rewritten| over every stream's windows, state carried by each graph. */
-function maxProbabilityDifference(): number {
+async function maxProbabilityDifference(): Promise<number> {
   const n = STREAMS;
   let s1: Float32Array = new Float32Array(2 * n * 128);
   let s2: Float32Array = new Float32Array(2 * n * 128);
@@ -138,43 +127,39 @@ function maxProbabilityDifference(): number {
       input.set(audio[i][w].subarray(0, 64), i * 576 + 512);
       frameWindow(input.subarray(i * 576, (i + 1) * 576), frames, i * FRAMED_INPUT);
     }
-    const a = shipped.run(
+    const a = await shipped.run(
       {
-        input: new ort.Tensor('float32', input, [n, 576]),
-        state: new ort.Tensor('float32', s1, [2, n, 128]),
+        input: new Tensor('float32', input, [n, 576]),
+        state: new Tensor('float32', s1, [2, n, 128]),
         sr: SR,
       },
-      { output: null, stateN: null },
-      {},
+      OUTPUTS,
     );
-    const b = rewritten.run(
+    const b = await rewritten.run(
       {
-        frames: new ort.Tensor('float32', frames, [n, 4, 256]),
-        state: new ort.Tensor('float32', s2, [2, n, 128]),
+        frames: new Tensor('float32', frames, [n, 4, 256]),
+        state: new Tensor('float32', s2, [2, n, 128]),
       },
-      { output: null, stateN: null },
-      {},
+      OUTPUTS,
     );
-    for (let i = 0; i < n; i++) max = Math.max(max, Math.abs(a.output.data[i] - b.output.data[i]));
-    s1 = a.stateN.data;
-    s2 = b.stateN.data;
+    const pa = f32(a.output);
+    const pb = f32(b.output);
+    for (let i = 0; i < n; i++) max = Math.max(max, Math.abs(pa[i] - pb[i]));
+    s1 = f32(a.stateN);
+    s2 = f32(b.stateN);
   }
   return max;
 }
 
-function runOrt(model: SileroModel, batch: number): Result {
+async function runOrt(model: SileroModel, batch: number): Promise<Result> {
   const streams = audio.map((_, s) => new SileroStream(model, thresholdOf(s)));
   const flags = audio.map(() => new Uint8Array(WINDOWS));
   const t0 = cpuUs();
   for (let w = 0; w < WINDOWS; w++) {
     for (let g = 0; g < STREAMS; g += batch) {
       const end = Math.min(STREAMS, g + batch);
-      if (batch === 1) {
-        flags[g][w] = streams[g].isSpeech(audio[g][w]) ? 1 : 0;
-        continue;
-      }
       for (let s = g; s < end; s++) streams[s].submit(audio[s][w]);
-      model.run();
+      await model.run();
       for (let s = g; s < end; s++) flags[s][w] = streams[s].take() ? 1 : 0;
     }
   }
@@ -247,7 +232,7 @@ function differing(a: Uint8Array[], b: Uint8Array[]): number {
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-const model = new SileroModel(modelPath);
+const model = await SileroModel.load(modelPath);
 const times = new Map<string, number[]>();
 const note = (k: string, us: number) => (times.get(k) ?? times.set(k, []).get(k)!).push(us);
 let reference: Uint8Array[] | null = null;
@@ -262,9 +247,9 @@ for (let r = 0; r < ROUNDS; r++) {
     note('sherpa, one session per stream', res.usPerWindow);
     if (r === 0) reference = res.flags;
   }
-  for (const b of [1, 64].filter((x) => x <= STREAMS)) note(`shipped graph, batch ${b}`, runShipped(b));
+  for (const b of [1, 64].filter((x) => x <= STREAMS)) note(`shipped graph, batch ${b}`, await runShipped(b));
   for (const b of BATCHES) {
-    const res = runOrt(model, b);
+    const res = await runOrt(model, b);
     note(`batched rewrite, batch ${b}`, res.usPerWindow);
     if (r === 0) {
       if (b === 1) {
@@ -291,7 +276,7 @@ console.log(
       speechWindowShare: Math.round(speechShare * 1000) / 1000,
       medianUsPerWindow: Object.fromEntries([...times].map(([k, v]) => [k, Math.round(median(v) * 10) / 10])),
       allUsPerWindow: Object.fromEntries([...times].map(([k, v]) => [k, v.map((x) => Math.round(x))])),
-      maxProbabilityDifferenceShippedVsRewrite: maxProbabilityDifference(),
+      maxProbabilityDifferenceShippedVsRewrite: await maxProbabilityDifference(),
       speedupOverSherpa: Object.fromEntries(
         [...times].map(([k, v]) => [k, Math.round((baseline / median(v)) * 100) / 100]),
       ),
@@ -302,4 +287,4 @@ console.log(
     2,
   ),
 );
-model.close();
+await model.close();

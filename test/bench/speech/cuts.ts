@@ -9,6 +9,7 @@ import type { CmnEstimate } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
 import { Segmenter } from '../../../shared/vad/segmenter.js';
 import { SileroPool } from '../../../shared/vad/silero.js';
+import { pushThrough } from '../../../shared/vad/rounds.js';
 
 export const silence = (ms: number) => Buffer.alloc(Math.round(ms * 32));
 export const i16 = (buf: Buffer) =>
@@ -52,14 +53,20 @@ export function streamed(dec: Decoder, pcm: Buffer, cmn?: CmnEstimate): string {
 
 /** Cuts a stream the way the realtime tier does. */
 export class RealtimeCutter {
-  private readonly pool: SileroPool;
+  private constructor(
+    private readonly config: Config,
+    private readonly pool: SileroPool,
+  ) {}
 
-  constructor(private readonly config: Config) {
-    this.pool = new SileroPool({ modelPath: config.realtime.vad.modelPath, warm: 1, max: 4 });
+  static async create(config: Config): Promise<RealtimeCutter> {
+    return new RealtimeCutter(
+      config,
+      await SileroPool.load({ modelPath: config.realtime.vad.modelPath, warm: 1, max: 4 }),
+    );
   }
 
   /** [start, end) byte ranges of the realtime segmenter's utterances in `stream`. */
-  cuts(stream: Buffer): [number, number][] {
+  async cuts(stream: Buffer): Promise<[number, number][]> {
     const v = this.config.realtime.vad;
     const seg = new Segmenter({ ...this.config.realtime.vadDefaults }, this.pool, {
       gateDbfs: v.gateDbfs,
@@ -67,7 +74,7 @@ export class RealtimeCutter {
       holdDb: v.holdDb,
       maxSkip: v.maxSkip,
     });
-    const evs = [...seg.push(stream), ...seg.flush()];
+    const evs = [...(await pushThrough(seg, this.pool, stream)), ...seg.flush()];
     seg.close();
     const out: [number, number][] = [];
     for (const e of evs)

@@ -34,7 +34,7 @@ import {
 
 const config = loadConfig({});
 const opts = decoderOptions(config);
-const cutter = new RealtimeCutter(config);
+const cutter = await RealtimeCutter.create(config);
 
 function batchCuts(stream: Buffer): [number, number][] {
   const seconds = stream.length / 32000;
@@ -132,7 +132,7 @@ const cutsInfo: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);
   const stream = streamOf(pcm);
-  const x: Input = { pcm, stream, cuts: cutter.cuts(stream), batch: batchCuts(pcm) };
+  const x: Input = { pcm, stream, cuts: await cutter.cuts(stream), batch: batchCuts(pcm) };
   cutsInfo.push(`${c.file}: realtime ${x.cuts.length} utterances, batch ${x.batch.length}`);
   for (const r of rows) r.texts.push(r.run(x));
 }

@@ -31,7 +31,7 @@ import {
 
 const config = loadConfig({});
 const opts = decoderOptions(config, true);
-const cutter = new RealtimeCutter(config);
+const cutter = await RealtimeCutter.create(config);
 const REPEAT = Number(process.argv.find((a) => a.startsWith('--repeat='))?.slice(9) ?? 3);
 const variants = settingsArg(
   'cmn',
@@ -48,10 +48,12 @@ const variants = settingsArg(
 /** `--lead-ms=100`: each cut starts this much earlier (more audio before the speech). */
 const LEAD = Number(process.argv.find((a) => a.startsWith('--lead-ms='))?.slice(10) ?? 0) * 32;
 const clips = loadClips();
-const inputs = clips.map((c) => {
+const inputs: { stream: Buffer; cuts: [number, number][] }[] = [];
+for (const c of clips) {
   const stream = streamOf(pcmOf(c.path));
-  return { stream, cuts: cutter.cuts(stream).map(([a, e]): [number, number] => [Math.max(0, a - LEAD), e]) };
-});
+  const cuts = await cutter.cuts(stream);
+  inputs.push({ stream, cuts: cuts.map(([a, e]): [number, number] => [Math.max(0, a - LEAD), e]) });
+}
 const whole = withDecoder(decoderOptions(config), (d) =>
   inputs.map((_, i) => text(d.decode(i16(pcmOf(clips[i].path))))),
 );

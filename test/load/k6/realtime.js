@@ -5,8 +5,8 @@
 // A VU the server closes or refuses reconnects (a new iteration): at once after 1001,
 // 1008 and 4408; after a back-off for 1013 and refused handshakes. k6's WebSocket API
 // does not expose a refused handshake's headers, so the back-off starts at RETRY_AFTER_S
-// (default 2: the server's REALTIME_OVERLOAD_RETRY_AFTER_SECONDS, what its Retry-After
-// says) and doubles up to 30 s. Through the load balancer: URL=ws://127.0.0.1:8080/...
+// (default 2: what the server's Retry-After says when an instance is at capacity)
+// and doubles up to 30 s. Through the load balancer: URL=ws://127.0.0.1:8080/...
 //
 //   k6 run -e URL=ws://127.0.0.1:8081/v1/audio/transcriptions/stream -e KEY=sk-... \
 //          -e VUS=50 -e DURATION_S=30 test/load/k6/realtime.js

@@ -11,8 +11,7 @@
 import net from 'node:net';
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-
-export const REALTIME_STREAM_PATH = '/v1/audio/transcriptions/stream';
+import { STREAM_PATH } from '../../shared/paths.js';
 
 export interface RealtimeProxyOptions {
   host?: string;
@@ -23,7 +22,7 @@ export interface RealtimeProxyOptions {
   connectTimeoutMs?: number;
   /**
    * Retry-After (seconds) of the 503 upstream_unavailable answered while the
-   * realtime process cannot be reached (interface 7.2; REALTIME_RETRY_AFTER_SECONDS).
+   * realtime process cannot be reached (interface 7.2; REALTIME_RETRY_AFTER_SECONDS in shared/config/platform.ts).
    */
   retryAfterSeconds?: number;
 }
@@ -37,7 +36,7 @@ function refuse(socket: Duplex, status: string, code: string, message: string, e
 
 /** Attaches to `server`'s 'upgrade' event; returns a function that detaches it. */
 export function attachRealtimeProxy(server: http.Server, opts: RealtimeProxyOptions): () => void {
-  const paths = new Set(opts.paths ?? [REALTIME_STREAM_PATH]);
+  const paths = new Set(opts.paths ?? [STREAM_PATH]);
   const host = opts.host ?? '127.0.0.1';
   const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const pathname = (req.url ?? '/').split('?')[0];

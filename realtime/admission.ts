@@ -1,0 +1,175 @@
+/**
+ * Who may open a stream: the WebSocket upgrade checks, in the order of
+ * interface 4.8: 426 websocket_required (answered by the endpoints),
+ * 503 gateway_disabled, 503 upstream_unavailable (+ Retry-After) while the
+ * breaker is open or the instance is at capacity, 503 usage_unavailable,
+ * then authentication and quota. The per-key quota needs the key's identity,
+ * so the credential is verified first (cached, cheap); a caller that fails
+ * authentication consumes no quota.
+ *
+ * uWS upgrade handlers are synchronous: headers are read up front, the
+ * async checks run after `onAborted` is attached, and the upgrade (or the
+ * refusal) is written inside `cork` only if the client is still there.
+ */
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { HttpRequest, HttpResponse, us_socket_context_t } from 'uWebSockets.js';
+import type { RealtimeConfig } from '../shared/config/realtime.js';
+import { Authenticator, authFailure, type AuthResult, type Principal } from '../shared/auth/index.js';
+import { windowUsage, type UsageLedger } from '../shared/usage.js';
+import * as metrics from './metrics.js';
+import type { CircuitBreaker } from './breaker.js';
+import type { ConnectionQuota } from './quota.js';
+import { newRequestId, newSessionId, type RealtimeSession } from './session.js';
+import { errorBody, writeJson } from './reply.js';
+
+/** What an admitted upgrade hands to its WebSocket (uWS user data). */
+export interface SocketData {
+  principal: Principal;
+  sessionId: string;
+  requestId: string;
+  remainingWindowSeconds: number;
+  session?: RealtimeSession;
+  closed: boolean;
+}
+
+type Credential = { token?: string; failure?: ReturnType<typeof authFailure> & { message: string } };
+
+/** Authorization header (sk- or rt_) or `?access_token=` / `?token=` (rt_ only: an sk- key never travels in a URL). */
+export function realtimeCredential(authorization: string, query: string): Credential {
+  const params = new URLSearchParams(query);
+  const given = [...params.getAll('access_token'), ...params.getAll('token')].filter((v) => v !== '');
+  const q = given[0] ?? null;
+  // A key in a URL has leaked (logs, history, referrers): refuse it even next to a valid header,
+  // whichever parameter or repetition carries it.
+  if (given.some((v) => !v.startsWith('rt_'))) {
+    return {
+      failure: {
+        ...authFailure('invalid_api_key'),
+        message: 'Only rt_ session tokens may be sent in the URL; send sk- keys in the Authorization header.',
+      },
+    };
+  }
+  if (authorization) {
+    const b = Authenticator.bearer(authorization);
+    return b.failure ? { failure: b.failure } : { token: b.token };
+  }
+  if (q === null || q === '') return { failure: authFailure('missing_api_key') };
+  return { token: q };
+}
+
+export interface AdmissionDeps {
+  rt: RealtimeConfig;
+  usageWindowSeconds: number;
+  db: Knex;
+  auth: Authenticator;
+  ledger: UsageLedger;
+  breaker: CircuitBreaker;
+  quota: ConnectionQuota;
+  sessions: ReadonlySet<RealtimeSession>;
+  /** False once the instance stops serving (shutdown, VAD failure). */
+  serving: () => boolean;
+  log: Logger;
+}
+
+export type UpgradeHandler = (res: HttpResponse, req: HttpRequest, context: us_socket_context_t) => void;
+
+/** The `upgrade` handler of the stream path. */
+export function admission(deps: AdmissionDeps): UpgradeHandler {
+  const { rt, breaker, quota, sessions, log } = deps;
+
+  // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
+  // Upgrades between this check and their session's start count as sessions.
+  let admitting = 0;
+  const atCapacity = () => {
+    const { maxSessions, maxQueuedUtterances } = rt.overload;
+    if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
+    if (maxQueuedUtterances <= 0) return false;
+    let queued = 0;
+    for (const s of sessions) queued += s.inFlight.utterances;
+    return queued >= maxQueuedUtterances;
+  };
+
+  return (res, req, context) => {
+    const secKey = req.getHeader('sec-websocket-key');
+    const secProtocol = req.getHeader('sec-websocket-protocol');
+    const secExtensions = req.getHeader('sec-websocket-extensions');
+    const authorization = req.getHeader('authorization');
+    const query = req.getQuery() ?? '';
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+    });
+    const refuse = (status: number, code: string, message: string, headers: Record<string, string> = {}) => {
+      metrics.upgrades.inc({ outcome: code });
+      if (aborted) return;
+      res.cork(() => writeJson(res, status, errorBody(code, message), headers));
+    };
+
+    if (!deps.serving() || !rt.enabled)
+      return refuse(503, 'gateway_disabled', 'The realtime gateway is disabled.');
+    if (breaker.isOpen) {
+      const retry = Math.max(1, Math.ceil(breaker.retryAfterMs() / 1000));
+      return refuse(503, 'upstream_unavailable', 'The speech upstream is unavailable; retry later.', {
+        'retry-after': String(retry),
+      });
+    }
+    if (atCapacity()) {
+      return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+        'retry-after': String(rt.overload.retryAfterSeconds),
+      });
+    }
+    if (!deps.ledger.accepting) {
+      // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
+      return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+        'retry-after': '30',
+      });
+    }
+    const cred = realtimeCredential(authorization, query);
+    if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
+
+    admitting++;
+    void (async () => {
+      let auth: AuthResult;
+      try {
+        auth = await deps.auth.authenticate(cred.token!);
+      } catch {
+        auth = authFailure('auth_unavailable');
+      }
+      if (!auth.ok) return refuse(auth.status, auth.code, auth.message);
+      if (aborted) return;
+      const principal = auth.principal;
+      const sessionId = newSessionId();
+      const admitted = await quota.admit(principal.keyId, principal.limits, sessionId);
+      if (!admitted.ok) {
+        return refuse(admitted.status, admitted.code, admitted.message, {
+          'retry-after': String(admitted.retryAfterSeconds),
+        });
+      }
+      let used = 0;
+      try {
+        used = await windowUsage(deps.db, principal.keyId, deps.usageWindowSeconds);
+      } catch (err) {
+        log.warn({ err }, 'could not read window usage; admitting with the full window budget');
+      }
+      if (aborted || !deps.serving()) {
+        await quota.release(sessionId);
+        return;
+      }
+      const data: SocketData = {
+        principal,
+        sessionId,
+        requestId: newRequestId(),
+        remainingWindowSeconds: principal.limits.maxAudioSecondsPerWindow - used,
+        closed: false,
+      };
+      metrics.upgrades.inc({ outcome: 'accepted' });
+      res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
+    })()
+      .catch((err) => {
+        log.error({ err }, 'realtime upgrade failed');
+        refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
+      })
+      .finally(() => admitting--);
+  };
+}
