@@ -23,6 +23,9 @@ import {
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const STOPPED = 'input_audio_buffer.speech_stopped';
 
+/** The realtime tier waits as long as the engine may take (the machine is shared; speed is benchmarked). */
+const SLOW_MACHINE = { REALTIME_TRANSCRIBE_TIMEOUT_MS: '120000' };
+
 interface Arrival {
   pace: number;
   frameBytes: number;
@@ -44,7 +47,7 @@ describe('realtime streaming decoding (built-in engine)', function () {
   before(async () => {
     engine = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '2' });
     await engine.ready();
-    ctx = await createRealtimeContext({ engine });
+    ctx = await createRealtimeContext({ engine, env: SLOW_MACHINE });
   });
   after(async () => {
     await ctx?.close();
@@ -107,17 +110,18 @@ describe('realtime streaming decoding (built-in engine)', function () {
       errRealtime += wer(ref, realtime) * n;
       errWhole += wer(ref, whole) * n;
       expect(wer(ref, realtime), `${file}: realtime "${realtime}" vs whole clip "${whole}"`).to.be.at.most(
-        // Cutting with per-utterance normalisation cost jfk.wav 27 points; now the worst clip is 6 points.
-        wer(ref, whole) + 0.1,
+        // The issue 13 targets. Cutting with per-utterance normalisation cost jfk.wav 27 points; waiting for
+        // the CMN bootstrap left ls-1221 6.3 points worse; now the worst clip is 4.2 points.
+        wer(ref, whole) + 0.05,
       );
     }
-    expect(errRealtime / refWords, 'word-weighted WER').to.be.at.most(errWhole / refWords + 0.03);
+    expect(errRealtime / refWords, 'word-weighted WER').to.be.at.most(errWhole / refWords + 0.01);
   });
 
   it('when every streaming decoder is busy, utterances fall back to the clip form and still complete', async () => {
     const small = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '1' });
     await small.ready();
-    const c = await createRealtimeContext({ engine: small, testDb: ctx.testDb });
+    const c = await createRealtimeContext({ engine: small, testDb: ctx.testDb, env: SLOW_MACHINE });
     try {
       const files = ['jfk.wav', 'librispeech-1089-134686-0001.wav', 'librivox-austen-0870.wav'];
       const texts = await Promise.all(files.map((f) => streamClip(c, f, { pace: 1, frameBytes: 3200 })));

@@ -8,7 +8,14 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import koffi from 'koffi';
-import { CEPSTRUM_LENGTH, CmnNormaliser, type CmnEstimate, type CmnSettings } from './cmn.js';
+import {
+  CEPSTRUM_LENGTH,
+  CmnNormaliser,
+  type CmnEstimate,
+  type CmnOutput,
+  type CmnSettings,
+  type CmnTrace,
+} from './cmn.js';
 
 /** Frames per ps_process_cep call. */
 const SEARCH_FRAMES = 3;
@@ -222,6 +229,10 @@ export class Decoder {
       this.b.fe_start_stream(this.fe);
       this.b.fe_start_utt(this.fe);
     }
+    this.startSearch();
+  }
+
+  private startSearch(): void {
     // A new stream per utterance: frame numbers (word times) restart at 0.
     this.b.ps_start_stream(this.ps);
     if ((this.b.ps_start_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_start_utt failed');
@@ -253,10 +264,15 @@ export class Decoder {
   }
 
   /** Normalised cepstra to the search, a few frames per call (larger calls trip an assertion in 0.8's search). */
-  private search(blocks: Float32Array[]): void {
+  private search(out: CmnOutput): void {
     const L = CEPSTRUM_LENGTH;
     const rows = this.rows!;
-    for (const f of blocks) {
+    if (out.restart) {
+      // The utterance is searched again from its first frame: what was searched so far is dropped.
+      if ((this.b.ps_end_utt(this.ps) as number) < 0) throw new Error('pocketsphinx: ps_end_utt failed');
+      this.startSearch();
+    }
+    for (const f of out.frames) {
       for (let off = 0; off < f.length; off += L * SEARCH_FRAMES) {
         const group = f.subarray(off, Math.min(f.length, off + L * SEARCH_FRAMES));
         koffi.encode(rows.data, 'float', Array.from(group), group.length);
@@ -264,6 +280,11 @@ export class Decoder {
           throw new Error('pocketsphinx: ps_process_cep failed');
       }
     }
+  }
+
+  /** What the session's normalisation did to the utterance being fed (benchmarks). */
+  get cmnTrace(): CmnTrace | undefined {
+    return this.normaliser?.trace;
   }
 
   end(): RecognizedWord[] {

@@ -17,63 +17,24 @@
  * - whole clip, live CMN (streaming, no cuts).
  */
 import { loadConfig } from '../../../shared/config/index.js';
-import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
-import { DEFAULT_CMN, initialCmn, type CmnEstimate } from '../../../shared/stt/pocketsphinx/cmn.js';
-import { Segmenter } from '../../../shared/vad/segmenter.js';
-import { SileroPool } from '../../../shared/vad/silero.js';
-import { pushThrough } from '../../../shared/vad/rounds.js';
+import { DEFAULT_CMN, initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { energyEnvelope, splitUtterances } from '../../../api/batch/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { fmt } from './common.js';
+import {
+  RealtimeCutter,
+  decoderOptions,
+  i16,
+  settingsArg,
+  streamOf,
+  streamed,
+  text,
+  withDecoder,
+} from './cuts.js';
 
 const config = loadConfig({});
-const b = config.speech.builtin;
-const opts = {
-  hmm: b.hmm,
-  lm: b.lm,
-  dict: b.dict,
-  pocketsphinxLibrary: b.pocketsphinxLibrary,
-  sphinxbaseLibrary: b.sphinxbaseLibrary,
-  extraArgs: b.extraArgs,
-};
-const v = config.realtime.vad;
-const pool = await SileroPool.load({ modelPath: v.modelPath, warm: 1, max: 4 });
-const silence = (ms: number) => Buffer.alloc(Math.round(ms * 32));
-const i16 = (buf: Buffer) => new Int16Array(buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.length));
-const text = (ws: { word: string }[]) => ws.map((w) => w.word).join(' ');
-const CHUNK = 320; // 20 ms
-
-function withDecoder<T>(o: DecoderOptions, fn: (d: Decoder) => T): T {
-  const d = new Decoder(o);
-  try {
-    return fn(d);
-  } finally {
-    d.close();
-  }
-}
-
-function streamed(dec: Decoder, pcm: Buffer, cmn?: CmnEstimate): string {
-  dec.begin(cmn);
-  const x = i16(pcm);
-  for (let i = 0; i < x.length; i += CHUNK) dec.feed(x.subarray(i, i + CHUNK));
-  return text(dec.end());
-}
-
-/** [start, end) byte ranges of the realtime segmenter's utterances in `stream`. */
-async function realtimeCuts(stream: Buffer): Promise<[number, number][]> {
-  const seg = new Segmenter({ ...config.realtime.vadDefaults }, pool, {
-    gateDbfs: v.gateDbfs,
-    releaseAfterMs: v.releaseAfterMs,
-    holdDb: v.holdDb,
-    maxSkip: v.maxSkip,
-  });
-  const evs = [...(await pushThrough(seg, pool, stream)), ...seg.flush()];
-  seg.close();
-  const out: [number, number][] = [];
-  for (const e of evs)
-    if (e.type === 'stop') out.push([e.audioStartMs * 32, e.audioStartMs * 32 + e.pcm.length]);
-  return out;
-}
+const opts = decoderOptions(config);
+const cutter = await RealtimeCutter.create(config);
 
 function batchCuts(stream: Buffer): [number, number][] {
   const seconds = stream.length / 32000;
@@ -87,16 +48,19 @@ const pad = (cuts: [number, number][], len: number, ms: number): [number, number
   cuts.map(([a, e]) => [Math.max(0, a - ms * 32), Math.min(len, e + ms * 32)]);
 
 const clips = loadClips();
-/** `--cmn=150:100:3000,...`: session CMN settings to try (bootstrap : prior : window, in frames). */
-const cmnVariants = (
-  process.argv.find((a) => a.startsWith('--cmn='))?.slice(6) ??
-  `${DEFAULT_CMN.bootstrapFrames}:${DEFAULT_CMN.priorFrames}:${DEFAULT_CMN.window}`
-)
-  .split(',')
-  .map((v) => {
-    const [bootstrapFrames, priorFrames, window] = v.split(':').map(Number);
-    return { bootstrapFrames, priorFrames, window };
-  });
+/** `--cmn=150:100:3000,...`: session CMN settings to try (bootstrap : prior : window : lookahead : re-search distance). */
+const cmnVariants = settingsArg(
+  'cmn',
+  [
+    'bootstrapFrames',
+    'priorFrames',
+    'window',
+    'lookaheadFrames',
+    'researchDistance',
+    'researchGrowth',
+  ] as const,
+  DEFAULT_CMN,
+);
 interface Input {
   pcm: Buffer;
   stream: Buffer;
@@ -138,7 +102,7 @@ const hypotheses: [string, (x: Input) => string][] = [
   ],
   ...cmnVariants.flatMap((cmn): [string, (x: Input) => string][] => {
     const o = { ...opts, sessionCmn: cmn };
-    const label = `session CMN (bootstrap ${cmn.bootstrapFrames}, prior ${cmn.priorFrames}, window ${cmn.window} frames)`;
+    const label = `session CMN (bootstrap ${cmn.bootstrapFrames}, prior ${cmn.priorFrames}, window ${cmn.window}, lookahead ${cmn.lookaheadFrames} frames, re-search over ${cmn.researchDistance})`;
     return [
       [`whole clip, ${label}`, (x) => withDecoder(o, (d) => streamed(d, x.pcm, initialCmn()))],
       [
@@ -167,8 +131,8 @@ const rows = hypotheses
 const cutsInfo: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);
-  const stream = Buffer.concat([silence(300), pcm, silence(900)]);
-  const x: Input = { pcm, stream, cuts: await realtimeCuts(stream), batch: batchCuts(pcm) };
+  const stream = streamOf(pcm);
+  const x: Input = { pcm, stream, cuts: await cutter.cuts(stream), batch: batchCuts(pcm) };
   cutsInfo.push(`${c.file}: realtime ${x.cuts.length} utterances, batch ${x.batch.length}`);
   for (const r of rows) r.texts.push(r.run(x));
 }
