@@ -14,11 +14,12 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
 import { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
-import type {
-  SpeechEngine,
-  SpeechStream,
-  StreamingUtterance,
-  TranscribeResult,
+import {
+  EngineBusyError,
+  type SpeechEngine,
+  type SpeechStream,
+  type StreamingUtterance,
+  type TranscribeResult,
 } from '../shared/stt/types.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { SegmenterEvent } from '../shared/vad/segmenter.js';
@@ -455,11 +456,13 @@ export class RealtimeSession {
         },
         (err: unknown) => {
           const e = err as { code?: string; message?: string; retryable?: boolean };
-          // Engine failures count, waiting does not: our own timeout measures queueing behind other
-          // sessions (overload, refused at admission), not a broken engine (the speech client's attempt
-          // timeouts report a hung one). A session that went away aborts its own requests, and an upstream
-          // that refuses one request (unsupported language: retryable=false) is up.
-          if (!abort.signal.aborted && e.retryable !== false) this.deps.breaker.failure();
+          // Engine failures count, waiting does not: our own timeout, and an engine that says it is behind
+          // (EngineBusyError: its decode limit passed on busy cores), measure queueing behind other sessions
+          // (overload, refused at admission), not a broken engine (the speech client's attempt timeouts
+          // report a hung one). A session that went away aborts its own requests, and an upstream that
+          // refuses one request (unsupported language: retryable=false) is up.
+          const counts = !abort.signal.aborted && e.retryable !== false && !(err instanceof EngineBusyError);
+          if (counts) this.deps.breaker.failure();
           if (!this.settle(p)) return;
           this.deps.logger.warn({ err, sessionId: this.sessionId, index }, 'utterance transcription failed');
           this.failUtterance(

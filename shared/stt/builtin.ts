@@ -23,6 +23,7 @@ import { measured } from './metrics.js';
 import { startThread } from './workerThread.js';
 import { StreamingPool } from './streaming.js';
 import {
+  EngineBusyError,
   SpeechError,
   type SpeechEngine,
   type SpeechStream,
@@ -155,7 +156,7 @@ export class BuiltinEngine implements SpeechEngine {
       };
     }
     if (this.queue.length >= this.cfg.maxQueue && !this.threads.some((t) => t.ready && !t.job)) {
-      throw new SpeechError('All decoders are busy; try again shortly.', 'engine_overloaded');
+      throw new EngineBusyError('All decoders are busy; try again shortly.', 'engine_overloaded');
     }
     const decodeTimeoutMs = this.cfg.timeoutBaseMs + this.cfg.timeoutPerAudioSecondMs * seconds;
     const abort = new SharedArrayBuffer(4);
@@ -171,7 +172,7 @@ export class BuiltinEngine implements SpeechEngine {
         let timer = setTimeout(
           () =>
             giveUp(
-              new SpeechError(`No decoder became free within ${this.cfg.queueTimeoutMs} ms.`, 'timeout'),
+              new EngineBusyError(`No decoder became free within ${this.cfg.queueTimeoutMs} ms.`, 'timeout'),
             ),
           this.cfg.queueTimeoutMs,
         );
@@ -180,7 +181,10 @@ export class BuiltinEngine implements SpeechEngine {
           timer = setTimeout(
             () =>
               giveUp(
-                new SpeechError(`Decoding took longer than ${Math.round(decodeTimeoutMs)} ms.`, 'timeout'),
+                new EngineBusyError(
+                  `Decoding took longer than ${Math.round(decodeTimeoutMs)} ms.`,
+                  'timeout',
+                ),
               ),
             decodeTimeoutMs,
           );

@@ -14,7 +14,13 @@ import type { FromStreamThread, StreamThreadData, ToStreamThread } from './pocke
 import { normalizeLanguage } from './language.js';
 import { buildTranscript } from './transcript.js';
 import { startThread } from './workerThread.js';
-import { SpeechError, type SpeechStream, type StreamingUtterance, type TranscribeResult } from './types.js';
+import {
+  EngineBusyError,
+  SpeechError,
+  type SpeechStream,
+  type StreamingUtterance,
+  type TranscribeResult,
+} from './types.js';
 
 interface Pending {
   resolve: (r: { words: RecognizedWord[]; decodeMs: number }) => void;
@@ -191,7 +197,8 @@ export class StreamingPool {
         try {
           const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number }>((resolve, reject) => {
             const timer = setTimeout(
-              () => stop(new SpeechError(`Decoding took longer than ${Math.round(limitMs)} ms.`, 'timeout')),
+              () =>
+                stop(new EngineBusyError(`Decoding took longer than ${Math.round(limitMs)} ms.`, 'timeout')),
               limitMs,
             );
             const onAbort = () => stop(new SpeechError('The request was aborted.', 'aborted', false));

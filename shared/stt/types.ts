@@ -103,3 +103,16 @@ export class SpeechError extends Error {
     this.name = 'SpeechError';
   }
 }
+
+/**
+ * The engine is up but behind: every decoder busy, or a decode that waited or
+ * ran past its limit because the cores are shared by more work than they hold.
+ * The utterance or request fails alone; this is queueing, not a broken engine,
+ * so it never counts toward a circuit breaker (overload is refused at admission).
+ */
+export class EngineBusyError extends SpeechError {
+  constructor(message: string, code: 'timeout' | 'engine_overloaded') {
+    super(message, code, true);
+    this.name = 'EngineBusyError';
+  }
+}

@@ -115,6 +115,52 @@ describe('realtime overload admission', function () {
     expect(closed.code).to.equal(1000);
   });
 
+  it('an engine that falls behind (its own decode limit passes) fails utterances alone and never opens the breaker', async () => {
+    // A built-in engine whose decode limit every decode overruns: what busy cores look like to it.
+    const behind = new BuiltinEngine(
+      loadConfig(
+        { STT_THREADS: '1', STT_BUILTIN_TIMEOUT_BASE_MS: '1' },
+        { speech: { builtin: { timeoutPerAudioSecondMs: 0 } } },
+      ).speech.builtin,
+      createLogger({ level: 'warn' }),
+    );
+    await behind.ready();
+    try {
+      ctx = await createRealtimeContext({
+        engine: behind,
+        overrides: { realtime: { breaker: { failureThreshold: 1 } } },
+      });
+      const { key } = await ctx.issueKey('pro');
+      const a = await connect(ctx.url, bearer(key));
+      await a.next('session.created');
+      await a.stream(speech, { pace: 0 });
+      await a.stream(speech, { pace: 0 });
+      await a.waitFor(
+        (evs) =>
+          evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length >= 2 &&
+          evs.filter((e) => e.type === 'conversation.item.input_audio_transcription.completed').length ===
+            evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length,
+        30_000,
+      );
+      const done = a.of('conversation.item.input_audio_transcription.completed');
+      expect(
+        done.every((e) => e.error),
+        'every utterance failed: the engine was behind',
+      ).to.equal(true);
+      expect(ctx.rt.breaker.state).to.equal('closed');
+      a.send({ type: 'session.update', session: { language: 'en' } });
+      await a.next('session.updated', 5000);
+      const other = await eventuallyAccepted(ctx.url, key);
+      other.ws.close(1000);
+      a.ws.close(1000);
+      expect((await a.closed).code).to.equal(1000);
+    } finally {
+      await ctx?.close();
+      ctx = undefined;
+      await behind.close();
+    }
+  });
+
   it('the k6 script: a refused VU backs off (Retry-After, doubling) and retries; refusals and closes are metrics', async () => {
     ctx = await createRealtimeContext({ engine, env: { REALTIME_MAX_SESSIONS: '1' } });
     const { key } = await ctx.issueKey('pro');
