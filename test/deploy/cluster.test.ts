@@ -15,13 +15,7 @@ import { createDb } from '../../shared/db/index.js';
 import { createArtifactStore, tenantStore } from '../../shared/storage/index.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
-import {
-  freePort,
-  REALTIME_ENV,
-  stopProcess,
-  waitHttpOk,
-  type Cluster,
-} from '../../scripts/cluster/index.js';
+import { REALTIME_ENV, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';
 import { wer } from '../speech/helpers.js';
 import {
   AUDIO_DIR,
@@ -540,7 +534,8 @@ describe('deployment: 5 API instances starting together on an empty database', f
     const dataDir = fs.mkdtempSync(path.join(tmpRoot(), 'first-start-'));
     const children = await Promise.all(
       Array.from({ length: 5 }, async (_, i) => {
-        const port = await freePort();
+        // Each instance binds a port of its own choosing (PORT=0) and logs it: ports picked here
+        // beforehand could be taken meanwhile by another process's outgoing connections.
         const child = spawn(process.execPath, [path.join(repoRoot, 'dist/api/main.js')], {
           env: {
             PATH: process.env.PATH,
@@ -550,16 +545,22 @@ describe('deployment: 5 API instances starting together on an empty database', f
             GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
             WEBHOOK_SECRET,
             HOST: '127.0.0.1',
-            PORT: String(port),
+            PORT: '0',
             DATA_DIR: path.join(dataDir, String(i)),
             MIGRATE_ON_START: 'true',
             STT_THREADS: '1',
-            LOG_LEVEL: 'warn',
+            LOG_LEVEL: 'info',
           },
           stdio: ['ignore', 'pipe', 'pipe'],
         });
         let out = '';
-        child.stdout!.on('data', (b: Buffer) => (out += b));
+        let listening: (port: number) => void = () => {};
+        const port = new Promise<number>((r) => (listening = r));
+        child.stdout!.on('data', (b: Buffer) => {
+          out += b;
+          const m = /"port":(\d+)[^\n]*"msg":"api listening"/.exec(out);
+          if (m) listening(Number(m[1]));
+        });
         child.stderr!.on('data', (b: Buffer) => (out += b));
         const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
         return { child, port, exited, output: () => out };
@@ -568,7 +569,13 @@ describe('deployment: 5 API instances starting together on an empty database', f
     try {
       await Promise.all(
         children.map(async (ch) => {
-          await waitHttpOk(`http://127.0.0.1:${ch.port}/health`, 180_000, ch.exited).catch((err: Error) => {
+          const port = await Promise.race([
+            ch.port,
+            ch.exited.then((code) => {
+              throw new Error(`exited ${code} before listening\n${ch.output()}`);
+            }),
+          ]);
+          await waitHttpOk(`http://127.0.0.1:${port}/health`, 180_000, ch.exited).catch((err: Error) => {
             throw new Error(`${err.message}\n${ch.output()}`);
           });
         }),
