@@ -34,7 +34,12 @@ describe('usage reports (real metering from the segment, realtime and batch plan
   before(async () => {
     db = await createTestDatabase('stt_usage');
     files = await startFileServer(path.join(REPO_ROOT, 'samples'));
-    svc = await startService({ DATABASE_URL: db.url, OUTBOUND_ALLOW: '127.0.0.1' });
+    // Generous decode limits: metering is tested here, not decode speed (CI machines are shared).
+    svc = await startService({
+      DATABASE_URL: db.url,
+      OUTBOUND_ALLOW: '127.0.0.1',
+      STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
+    });
     a1 = await issueServiceKey(svc, { owner_id: 'usage-a', label: 'one' });
     a2 = await issueServiceKey(svc, { owner_id: 'usage-a', label: 'two' });
     b1 = await issueServiceKey(svc, { owner_id: 'usage-b' });
