@@ -1,7 +1,7 @@
 /** Postgres access for batch workflows (the poll response is presented in poll.ts). */
 import type { Knex } from 'knex';
 import type { PollView } from './poll.js';
-import { STEPS, type StepRef } from './steps/order.js';
+import { chunkStep, STEPS, type StepRef } from './steps/order.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
 export interface WorkflowRow {
@@ -23,11 +23,19 @@ export interface WorkflowRow {
   ended_at: Date | null;
 }
 
+/**
+ * The poll's step order: every chunk step sits at `transcribe_chunk`'s place
+ * (ordered among themselves by index), the other steps at their own. Stored
+ * places are `transcribe_chunk` + index, which from chunk 900 on would pass
+ * `aggregate`'s place if rows were sorted by it alone.
+ */
+const STEP_ORDER_SQL = `CASE WHEN s.name LIKE 'transcribe\\_chunk\\_%' THEN ${chunkStep(0).seq} ELSE s.seq END, s.seq`;
+
 const POLL_VIEWS = `
   SELECT q.i::int4 AS i, w.id, w.request_id, w.status, w.error,
          CASE WHEN w.status = 'complete' THEN w.output ELSE '{}'::jsonb END AS output,
          (SELECT COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
-                    'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY s.seq), '[]'::json)
+                    'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY ${STEP_ORDER_SQL}), '[]'::json)
             FROM batch_steps s WHERE s.workflow_id = w.id) AS steps
     FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS q(id, owner_id, i)
     JOIN batch_workflows w ON w.id = q.id AND w.owner_id = q.owner_id`;

@@ -33,6 +33,31 @@ describe('batch: polls', function () {
   const poll = (key: string, id: string, path = `/v1/audio/transcriptions/jobs/${id}`) =>
     request(t.server).get(path).set('authorization', `Bearer ${key}`);
 
+  it('lists steps in run order however many chunks a job has (chunk 900 and on stay before aggregate)', async () => {
+    const id = await submit(keyA);
+    const repo = t.runtime.repo;
+    expect(await repo.acquire(id, 'test-runner', 30)).to.not.equal(undefined);
+    // A 30-minute recording at the minimum segment_seconds (2) has 900 chunks; 2 hours, 3600.
+    const chunks = [0, 1, 899, 900, 901, 1100, 3599];
+    for (const step of [
+      STEPS.probe,
+      STEPS.slice,
+      ...chunks.map((i) => chunkStep(i)),
+      STEPS.aggregate,
+      STEPS.review,
+    ]) {
+      await repo.stepSet(id, step, 'complete');
+    }
+    const body = (await poll(keyA, id)).body as { steps: { name: string }[] };
+    expect(body.steps.map((s) => s.name)).to.deep.equal([
+      'probe',
+      'slice',
+      ...chunks.map((i) => `transcribe_chunk_${i}`),
+      'aggregate',
+      'review',
+    ]);
+  });
+
   it('follows concurrent step writes, status changes and the output of a completed workflow', async () => {
     const id = await submit(keyA);
     const repo = t.runtime.repo;
