@@ -27,7 +27,10 @@ export function createApp(deps: AppDeps): Koa {
   app.use(router.routes());
   app.use(router.allowedMethods({ throw: false }));
   app.use(async (ctx, next) => {
-    if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) return next();
+    if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) {
+      await next();
+      return;
+    }
     const isAdmin = ctx.path === ADMIN_PREFIX || ctx.path.startsWith(`${ADMIN_PREFIX}/`);
     if (isAdmin) ctx.state.plane = 'admin';
     if (ctx.status === 405) {

@@ -103,7 +103,7 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
     ...(limits.kind === 'redis' ? [{ name: 'redis', check: () => limits.ping() }] : []),
     ...(readyUrls.length ? [{ name: 'realtime', check: realtimeReadiness(readyUrls) }] : []),
     { name: 'speech', check: () => speech.healthy() },
-    { name: 'accepting', check: async () => intake.accepting },
+    { name: 'accepting', check: () => Promise.resolve(intake.accepting) },
     ...(opts.readiness ?? []),
   ];
   return {

@@ -14,7 +14,7 @@ const logger = createLogger({ level: config.logLevel, name: 'api' });
 const running: { stop?: () => Promise<void> } = {};
 installFailurePolicy(logger, { onFatal: () => running.stop?.() });
 const api = await startApi(config, logger);
-running.stop = api.stop;
+running.stop = () => api.stop();
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.once(sig, () => {
     void api.stop().then(() => process.exit(0));

@@ -33,7 +33,8 @@ export async function startApi(
   }
   const app = createApp(deps);
   await deps.batch.start({ workers: config.batch.workersEnabled });
-  const server = http.createServer(app.callback());
+  const handle = app.callback();
+  const server = http.createServer((req, res) => void handle(req, res));
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   await new Promise<void>((resolve, reject) => {

@@ -119,6 +119,17 @@ function streamUrl(base: string): string {
   return u.toString();
 }
 
+/** The fields of the server's events (interface section 4) this client reads. */
+interface StreamEvent {
+  type: string;
+  utterance_index: number;
+  audio_start_ms?: number;
+  text?: string;
+  error?: { code: string };
+  code?: string;
+  message?: string;
+}
+
 async function main(): Promise<void> {
   const defaults = transcribeCliConfig();
   const { values, positionals } = parseArgs({
@@ -147,7 +158,7 @@ async function main(): Promise<void> {
   }
   const totalSeconds = source.ended ? source.available / 32000 : undefined;
 
-  const url = streamUrl(values.url!);
+  const url = streamUrl(values.url);
   const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
   let failed = 0;
   let sentBytes = 0;
@@ -161,7 +172,7 @@ async function main(): Promise<void> {
 
   ws.on('unexpected-response', (_req, res) => {
     let body = '';
-    res.on('data', (d: Buffer) => (body += d));
+    res.on('data', (d: Buffer) => (body += d.toString()));
     res.on('end', () => {
       process.stderr.write(`stream: ${url} refused the connection: HTTP ${res.statusCode} ${body}\n`);
       process.exit(1);
@@ -205,7 +216,7 @@ async function main(): Promise<void> {
   ws.on('message', (data, isBinary) => {
     if (isBinary) return;
     lastEventAt = Date.now();
-    const ev = JSON.parse(data.toString()) as Record<string, any>;
+    const ev = JSON.parse((data as Buffer).toString()) as StreamEvent;
     if (values.events) process.stdout.write(`${JSON.stringify(ev)}\n`);
     switch (ev.type) {
       case 'input_audio_buffer.speech_started':

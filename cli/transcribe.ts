@@ -120,6 +120,20 @@ type Progress = (value: number, total: number, phase: string) => void;
 const kib = (n: number) => `${Math.ceil(n / 1024)} KiB`;
 
 /** fetch() with a streamed body, reporting the bytes handed to the connection. */
+/** The parts of a job poll (interface 2.3) the CLI reads. */
+interface JobPoll {
+  status: string;
+  steps?: { name: string; status: string }[];
+  output?: {
+    result: {
+      segments: BatchSegment[];
+      metadata: { language: string };
+      summary: { total_duration: number };
+    };
+  };
+  error?: { message?: string };
+}
+
 async function postWithProgress(
   url: string,
   key: string,
@@ -175,7 +189,7 @@ async function transcribeFile(file: string, o: Options, progress: Progress): Pro
   const data = fs.readFileSync(file);
   for (let attempt = 1; ; attempt++) {
     const form = new FormData();
-    form.append('file', new Blob([data as Uint8Array<ArrayBuffer>]), path.basename(file));
+    form.append('file', new Blob([data]), path.basename(file));
     form.append('model', o.model);
     form.append('response_format', o.format);
     if (o.language) form.append('language', o.language);
@@ -226,17 +240,13 @@ async function transcribeUrl(audioUrl: string, o: Options, progress: Progress): 
   progress(0, 1, `queued ${accepted.workflow_id}`);
   for (;;) {
     await new Promise((r) => setTimeout(r, 1000));
-    const poll = await call(`/v1/audio/transcriptions/jobs/${accepted.workflow_id}`);
-    const steps = (poll.steps ?? []) as { name: string; status: string }[];
+    const poll = (await call(`/v1/audio/transcriptions/jobs/${accepted.workflow_id}`)) as JobPoll;
+    const steps = poll.steps ?? [];
     const done = steps.filter((s) => s.status !== 'running').length;
     const current = steps.find((s) => s.status === 'running')?.name ?? poll.status;
     progress(done, Math.max(1, steps.length), `${poll.status}: ${current} (${done}/${steps.length} steps)`);
     if (poll.status === 'complete') {
-      const r = poll.output.result as {
-        segments: BatchSegment[];
-        metadata: { language: string };
-        summary: { total_duration: number };
-      };
+      const r = poll.output!.result;
       const transcript = {
         text: r.segments.map((s) => s.text.trim()).join(' '),
         language: r.metadata.language,
@@ -291,12 +301,12 @@ async function main(): Promise<void> {
   if (files.length === 0) usage('no audio files found');
   if (values.out) fs.mkdirSync(values.out, { recursive: true });
   const options: Options = {
-    url: values.url!,
+    url: values.url,
     key,
     format,
     language: values.language,
     prompt: values.prompt,
-    model: values.model!,
+    model: values.model,
     workerId: values['worker-id'],
   };
 

@@ -144,7 +144,7 @@ export function createEngineApp({
 
   app.use(router.routes());
   app.use(router.allowedMethods());
-  app.use(async (ctx) => {
+  app.use((ctx) => {
     if (ctx.body === undefined)
       throw new HttpRefusal(404, 'not_found', `Unknown route ${ctx.method} ${ctx.path}.`);
   });

@@ -26,7 +26,8 @@ async function main(): Promise<void> {
     metrics: config.metrics,
     draining: () => stopping,
   });
-  const server = http.createServer(app.callback());
+  const handle = app.callback();
+  const server = http.createServer((req, res) => void handle(req, res));
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve) =>
     server.listen(config.speech.engineServer.port, config.speech.engineServer.host, resolve),

@@ -142,7 +142,7 @@ export async function startRealtime(
         : reject(new Error(`realtime could not listen on ${host}:${opts.port ?? rt.port}`)),
     );
   });
-  const port = uWS.us_socket_local_port(listenSocket as never);
+  const port = uWS.us_socket_local_port(listenSocket);
   log.info({ port, host, vad: vad.stats().mode }, 'realtime listening');
 
   let stopped: Promise<void> | undefined;

@@ -37,7 +37,7 @@ let loaded: Uws | undefined;
 export function loadUws(opts: { requireNative: boolean } = { requireNative: true }): Uws {
   if (loaded) return loaded;
   const mod = require('uWebSockets.js') as Uws;
-  if (opts.requireNative && !isNativeUws(mod, require.cache as Record<string, { exports?: unknown }>)) {
+  if (opts.requireNative && !isNativeUws(mod, require.cache)) {
     throw new NativeUwsUnavailable(
       'uWebSockets.js loaded its pure-JS fallback instead of the native addon ' +
         `(node ${process.version}, ABI ${process.versions.modules}, ${process.platform}-${process.arch}); ` +

@@ -83,7 +83,7 @@ if (!env.DATABASE_URL) {
 // Migrations run once, here, before either process uses the database.
 if (base.migrateOnStart) {
   const { createDb, migrateLatest } = await import('../shared/db/index.js');
-  const db = createDb(env.DATABASE_URL!, { logger });
+  const db = createDb(env.DATABASE_URL, { logger });
   const applied = await migrateLatest(db).finally(() => db.destroy());
   if (applied.length) logger.info({ applied }, 'database migrated');
 }
@@ -196,7 +196,7 @@ async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promi
           REALTIME_HOST: env.REALTIME_HOST ?? '127.0.0.1',
           REALTIME_PORT: String(port),
           MIGRATE_ON_START: 'false',
-        } as NodeJS.ProcessEnv,
+        },
         execArgv: ext === '.ts' ? ['--import', 'tsx'] : [],
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       });

@@ -76,7 +76,7 @@ export class PlanCatalog {
         );
       }
       const base = this.plans.get(name) ?? BUILTIN_PLANS.free;
-      const merged = { ...base, ...partial } as PlanLimits;
+      const merged = { ...base, ...partial };
       for (const f of PLAN_LIMIT_FIELDS) {
         if (!Number.isInteger(merged[f]) || merged[f] < 0) {
           throw new Error(`PLANS_JSON: plan "${name}" field ${f} must be a non-negative integer`);

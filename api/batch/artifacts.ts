@@ -46,8 +46,8 @@ export function artifactKeys(requestId: string): ArtifactKeys {
 /** The artifacts a complete run leaves, in the order its report lists them. */
 export function runArtifacts(keys: ArtifactKeys, chunkIndexes: number[], review: boolean): string[] {
   return [
-    ...chunkIndexes.map(keys.chunk),
+    ...chunkIndexes.map((i) => keys.chunk(i)),
     keys.result,
-    ...(review ? [...chunkIndexes.map(keys.reviewChunk), keys.reviewedResult] : []),
+    ...(review ? [...chunkIndexes.map((i) => keys.reviewChunk(i)), keys.reviewedResult] : []),
   ];
 }

@@ -50,7 +50,7 @@ export class WorkflowRepo {
   async createOrGetActive(
     row: Pick<WorkflowRow, 'id' | 'request_id' | 'owner_id' | 'key_id' | 'params'>,
   ): Promise<{ id: string; created: boolean }> {
-    const inserted = await this.db.raw(
+    const inserted = await this.db.raw<{ rows: { id: string }[] }>(
       `INSERT INTO batch_workflows (id, request_id, owner_id, key_id, params)
        VALUES (?, ?, ?, ?, ?::jsonb)
        ON CONFLICT (owner_id, request_id) WHERE status IN ('queued', 'running') DO NOTHING
@@ -61,8 +61,8 @@ export class WorkflowRepo {
     const existing = await this.db('batch_workflows')
       .where({ owner_id: row.owner_id, request_id: row.request_id })
       .whereIn('status', ['queued', 'running'])
-      .first('id');
-    if (existing) return { id: existing.id as string, created: false };
+      .first<{ id: string } | undefined>('id');
+    if (existing) return { id: existing.id, created: false };
     // It finished between the two statements: try once more.
     return this.createOrGetActive(row);
   }
@@ -78,7 +78,7 @@ export class WorkflowRepo {
    */
   async pollViews(ids: string[], owners: string[]): Promise<(PollView | undefined)[]> {
     const { rows } = await this.db.raw<{ rows: (PollView & { i: number })[] }>(POLL_VIEWS, [ids, owners]);
-    const views: (PollView | undefined)[] = new Array(ids.length);
+    const views = new Array<PollView | undefined>(ids.length);
     for (const { i, ...view } of rows) views[i - 1] = view;
     return views;
   }
@@ -90,7 +90,7 @@ export class WorkflowRepo {
     leaseSeconds: number,
     jobId: string | null = null,
   ): Promise<WorkflowRow | undefined> {
-    const res = await this.db.raw(
+    const res = await this.db.raw<{ rows: WorkflowRow[] }>(
       `UPDATE batch_workflows
          SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
              started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now()
@@ -99,7 +99,7 @@ export class WorkflowRepo {
        RETURNING *`,
       [owner, leaseSeconds, jobId, id, owner],
     );
-    return res.rows[0] as WorkflowRow | undefined;
+    return res.rows[0];
   }
 
   /** False when the lease was lost (another process took over). */
@@ -184,20 +184,18 @@ export class WorkflowRepo {
     limit = 100,
   ): Promise<{ id: string; status: string; job_id: string | null }[]> {
     const rows = await this.db('batch_workflows')
-      .where((q) =>
-        q
-          .where('status', 'running')
-          .andWhere((w) => w.whereNull('lease_until').orWhere('lease_until', '<', this.db.fn.now())),
-      )
-      .orWhere((q) =>
-        q
-          .where('status', 'queued')
-          .andWhere(
-            'created_at',
-            '<',
-            this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds]),
-          ),
-      )
+      .where((q) => {
+        q.where('status', 'running').andWhere((w) => {
+          w.whereNull('lease_until').orWhere('lease_until', '<', this.db.fn.now());
+        });
+      })
+      .orWhere((q) => {
+        q.where('status', 'queued').andWhere(
+          'created_at',
+          '<',
+          this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds]),
+        );
+      })
       .orderBy('created_at')
       .limit(limit)
       .select('id', 'status', 'job_id');
@@ -211,7 +209,7 @@ export class WorkflowRepo {
    * with no later attempt. Returns the attempt number to send next.
    */
   async lostWebhooks(graceSeconds: number, limit = 100): Promise<{ id: string; attempt: number }[]> {
-    const { rows } = await this.db.raw(
+    const { rows } = await this.db.raw<{ rows: { id: string; attempt: string | number }[] }>(
       `SELECT w.id, COALESCE(last.attempt, 0) + 1 AS attempt
          FROM batch_workflows w
          JOIN batch_steps s ON s.workflow_id = w.id AND s.name = ? AND s.status = 'waiting'
@@ -228,7 +226,7 @@ export class WorkflowRepo {
         LIMIT ?`,
       [STEPS.webhook.name, graceSeconds, graceSeconds, limit],
     );
-    return (rows as { id: string; attempt: string | number }[]).map((r) => ({
+    return rows.map((r) => ({
       id: r.id,
       attempt: Number(r.attempt),
     }));

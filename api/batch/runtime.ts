@@ -322,7 +322,7 @@ export class BatchRuntime {
   }
 
   /** A stored artifact of the tenant (key relative to its space, e.g. transcription/{request_id}/result.json). */
-  async readArtifact(ownerId: string, key: string): Promise<unknown | null> {
+  async readArtifact(ownerId: string, key: string): Promise<unknown> {
     return tenantStore(this.store, ownerId).getJson(key);
   }
 }

@@ -101,7 +101,7 @@ export class WebhookDeliverer {
     const keys = artifactKeys(row.request_id);
     const complete = row.status === 'complete';
     const reviewed = complete && row.params.review ? await store.getJson(keys.reviewedResult) : null;
-    const result = complete ? ((row.output.result as unknown) ?? (await store.getJson(keys.result))) : null;
+    const result = complete ? (row.output.result ?? (await store.getJson(keys.result))) : null;
     const payload: WebhookPayload = {
       type: complete ? 'transcription.completed' : 'transcription.failed',
       timestamp: (row.ended_at ?? new Date()).toISOString(),

@@ -27,7 +27,8 @@ export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}
     if (!hasBody) {
       if (!opts.allowEmpty) throw new ApiError(400, 'invalid_json', 'A JSON request body is required.');
       ctx.request.body = {};
-      return next();
+      await next();
+      return;
     }
     if (!ctx.is('application/json', '+json')) {
       throw new ApiError(

@@ -25,9 +25,12 @@ export const PLAN_REQUESTS: RateLimitPolicy = {
  */
 export function requestRateLimit(limits: LimitsDriver, policy: RateLimitPolicy = PLAN_REQUESTS): Middleware {
   return async (ctx, next) => {
-    const principal = ctx.state.principal as Principal;
+    const principal = ctx.state.principal;
     const perMinute = policy.perMinute(principal);
-    if (perMinute === undefined) return next();
+    if (perMinute === undefined) {
+      await next();
+      return;
+    }
     const d = await limits.consume(policy.bucket, principal.keyId, perMinute);
     ctx.set('X-RateLimit-Limit', String(d.limit));
     ctx.set('X-RateLimit-Remaining', String(d.remaining));

@@ -9,6 +9,8 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Middleware } from 'koa';
 import type { Logger } from 'pino';
+import type { Principal } from '../../shared/auth/index.js';
+import type { Plane } from './errors.js';
 import { scrubSecrets } from '../../shared/logger.js';
 import { observeRequest } from './metrics.js';
 
@@ -16,7 +18,10 @@ const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** ctx.state of every request: the request id and a lazily made child logger. */
 export class RequestState {
-  [key: string]: unknown;
+  /** Set by usePlane / requireApiKey / validateQuery on the routes that use them (api/http/state.ts). */
+  declare plane?: Plane;
+  declare principal: Principal;
+  declare query?: unknown;
   private child: Logger | undefined;
 
   constructor(

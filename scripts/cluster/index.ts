@@ -16,7 +16,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-// @ts-expect-error s3rver ships no types
 import S3rver from 's3rver';
 import { haproxyConfigPath, renderHaproxyConfig } from './haproxy.js';
 
@@ -202,7 +201,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       const dir = path.join(opts.workDir, 's3');
       fs.mkdirSync(dir, { recursive: true });
       const server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: dir });
-      const addr = (await server.run()) as net.AddressInfo;
+      const addr = await server.run();
       started.push(() => server.close());
       s3Endpoint = `http://127.0.0.1:${addr.port}`;
       // s3rver accepts its fixed development credentials.
@@ -357,7 +356,7 @@ function spawnProcess(
   const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: string[] = [];
   const log = fs.createWriteStream(path.join(opts.workDir, `${name}.log`), { flags: 'a' });
-  for (const stream of [child.stdout!, child.stderr!]) {
+  for (const stream of [child.stdout, child.stderr]) {
     let rest = '';
     stream.setEncoding('utf8');
     stream.on('data', (chunk: string) => {

@@ -85,7 +85,7 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
       minFileSize: 0,
       fileWriteStreamHandler: (file?: unknown) => {
         const chunks: Buffer[] = [];
-        if (file) contents.set(file as object, chunks);
+        if (file) contents.set(file, chunks);
         return new Writable({
           write(chunk: Buffer, _enc, cb) {
             chunks.push(chunk);
@@ -107,7 +107,7 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
   const fields: Record<string, string> = {};
   const body = (ctx.request.body ?? {}) as Record<string, unknown>;
   for (const [k, v] of Object.entries(body)) {
-    const value = Array.isArray(v) ? v[0] : v;
+    const value: unknown = Array.isArray(v) ? (v as unknown[])[0] : v;
     if (typeof value === 'string') fields[k] = value;
   }
   const files = (ctx.request.files ?? {}) as Record<string, unknown>;

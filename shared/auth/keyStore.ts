@@ -94,7 +94,7 @@ export class KeyStore {
         expires_at: input.expiresAt ?? null,
       })
       .returning('*');
-    return this.present(row as KeyRow, key);
+    return this.present(row, key);
   }
 
   async list(filter: { ownerId?: string; limit?: number } = {}): Promise<KeyRecord[]> {
@@ -102,15 +102,15 @@ export class KeyStore {
       .orderBy('created_at', 'desc')
       .limit(filter.limit ?? 1000);
     if (filter.ownerId !== undefined) q.where('owner_id', filter.ownerId);
-    return (await q).map((r) => this.present(r as KeyRow));
+    return (await q).map((r) => this.present(r));
   }
 
   async get(id: string): Promise<KeyRow | undefined> {
-    return (await this.db<KeyRow>('api_keys').where('id', id).first()) as KeyRow | undefined;
+    return this.db<KeyRow>('api_keys').where('id', id).first<KeyRow | undefined>();
   }
 
   async findByHash(hash: string): Promise<KeyRow | undefined> {
-    return (await this.db<KeyRow>('api_keys').where('key_hash', hash).first()) as KeyRow | undefined;
+    return this.db<KeyRow>('api_keys').where('key_hash', hash).first<KeyRow | undefined>();
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */
@@ -122,7 +122,7 @@ export class KeyStore {
         revoked_at: this.db.raw('coalesce(revoked_at, now())') as unknown as Date,
       })
       .returning('*');
-    return row as KeyRow | undefined;
+    return row;
   }
 
   /** Writes buffered last-used times in one statement. */

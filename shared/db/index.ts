@@ -51,11 +51,13 @@ export function createDb(
  * (dist/, Docker) agree on what has run.
  */
 class ExtensionlessMigrationSource implements Knex.MigrationSource<string> {
-  async getMigrations(): Promise<string[]> {
-    return fs
-      .readdirSync(MIGRATIONS_DIR)
-      .filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'))
-      .sort();
+  getMigrations(): Promise<string[]> {
+    return Promise.resolve(
+      fs
+        .readdirSync(MIGRATIONS_DIR)
+        .filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'))
+        .sort(),
+    );
   }
 
   getMigrationName(file: string): string {
@@ -72,23 +74,17 @@ export function migrationConfig(): Knex.MigratorConfig {
 }
 
 /**
- * Runs `fn` holding the migration advisory lock (on one pinned connection), so
+ * Runs `fn` holding the migration advisory lock (held by a transaction's connection), so
  * that start-up schema work of instances starting together runs one at a time:
  * knex migrations, and pg-boss's own schema and queue creation, which deadlock
  * against each other when two processes run them at once.
  */
 export async function withMigrationLock<T>(db: Knex, fn: () => Promise<T>): Promise<T> {
-  const conn = await db.client.acquireConnection();
-  try {
-    await conn.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
-    try {
-      return await fn();
-    } finally {
-      await conn.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
-    }
-  } finally {
-    await db.client.releaseConnection(conn);
-  }
+  // A transaction-scoped lock on the transaction's own connection: released when it ends, however it ends.
+  return db.transaction(async (trx) => {
+    await trx.raw('SELECT pg_advisory_xact_lock(?)', [MIGRATION_LOCK_ID]);
+    return fn();
+  });
 }
 
 export async function migrateLatest(db: Knex): Promise<string[]> {

@@ -51,8 +51,8 @@ async function alive(): Promise<boolean> {
 
 try {
   // A server left running by a supervisor that was killed holds the data directory: stop it first.
-  await stopOrphanedPostgres(dataDir!, logger);
-  let server = await startEmbeddedPostgres(dataDir!, Number(port), password, logger);
+  await stopOrphanedPostgres(dataDir, logger);
+  let server = await startEmbeddedPostgres(dataDir, Number(port), password, logger);
   backoff.started();
   let stopping = false;
   let failures = 0;
@@ -66,8 +66,8 @@ try {
       if (stopping) break;
       try {
         // The old server is gone or hung: make sure it has let go of the data directory.
-        await stopOrphanedPostgres(dataDir!, logger);
-        server = await startEmbeddedPostgres(dataDir!, Number(port), password, logger);
+        await stopOrphanedPostgres(dataDir, logger);
+        server = await startEmbeddedPostgres(dataDir, Number(port), password, logger);
         backoff.started();
         logger.info('embedded Postgres restarted');
         process.send?.({ type: 'postgres.restarted' });
@@ -92,7 +92,7 @@ try {
     clearInterval(watch);
     // stop() waits for the server's exit; a server that already died never sends one.
     await Promise.race([server.stop().catch(() => {}), new Promise((r) => setTimeout(r, 15_000))]);
-    await stopOrphanedPostgres(dataDir!, logger).catch(() => {});
+    await stopOrphanedPostgres(dataDir, logger).catch(() => {});
     process.exit(0);
   };
   process.on('message', (m) => {

@@ -14,42 +14,44 @@ export class MemoryLimits implements LimitsDriver {
   private live(scope: string, owner: string): Map<string, number> {
     const k = `${scope}:${owner}`;
     let m = this.leases.get(k);
-    if (!m) this.leases.set(k, (m = new Map()));
+    if (!m) this.leases.set(k, (m = new Map<string, number>()));
     const now = Date.now();
     for (const [id, exp] of m) if (exp <= now) m.delete(id);
     return m;
   }
 
-  async acquireLease(req: LeaseRequest): Promise<boolean> {
+  acquireLease(req: LeaseRequest): Promise<boolean> {
     const m = this.live(req.scope, req.owner);
-    if (!m.has(req.leaseId) && m.size >= req.max) return false;
+    if (!m.has(req.leaseId) && m.size >= req.max) return Promise.resolve(false);
     m.set(req.leaseId, Date.now() + req.ttlMs);
-    return true;
+    return Promise.resolve(true);
   }
 
-  async renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
+  renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
     const m = this.live(scope, owner);
-    if (!m.has(leaseId)) return false;
+    if (!m.has(leaseId)) return Promise.resolve(false);
     m.set(leaseId, Date.now() + ttlMs);
-    return true;
+    return Promise.resolve(true);
   }
 
-  async releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {
+  releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {
     const k = `${scope}:${owner}`;
     const m = this.leases.get(k);
     m?.delete(leaseId);
     if (m && m.size === 0) this.leases.delete(k);
+    return Promise.resolve();
   }
 
-  async countLeases(scope: string, owner: string): Promise<number> {
-    return this.live(scope, owner).size;
+  countLeases(scope: string, owner: string): Promise<number> {
+    return Promise.resolve(this.live(scope, owner).size);
   }
 
-  async ping(): Promise<boolean> {
-    return true;
+  ping(): Promise<boolean> {
+    return Promise.resolve(true);
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.leases.clear();
+    return Promise.resolve();
   }
 }

@@ -104,7 +104,8 @@ export class RedisLimits implements LimitsDriver {
     }
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     if (this.ownsClient) this.redis.disconnect();
+    return Promise.resolve();
   }
 }

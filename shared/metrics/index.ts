@@ -76,7 +76,7 @@ const digest = (s: string) => createHash('sha256').update(s).digest();
 export function scrapeAllowed(policy: MetricsPolicy, authorization: string | undefined): boolean {
   if (!policy.token) return true;
   const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
-  return !!m && timingSafeEqual(digest(m[1]!), digest(policy.token));
+  return !!m && timingSafeEqual(digest(m[1]), digest(policy.token));
 }
 
 /** The exposition text and its content type. */

@@ -39,7 +39,7 @@ export class AddressPolicy {
       const e = entry.trim().toLowerCase();
       if (!e) continue;
       if (e.includes('/')) {
-        this.cidrs.push(ipaddr.parseCIDR(e) as [Addr, number]);
+        this.cidrs.push(ipaddr.parseCIDR(e));
       } else if (isIpLiteral(e)) {
         const a = normalise(e)!;
         this.cidrs.push([a, a.kind() === 'ipv4' ? 32 : 128]);
@@ -60,6 +60,6 @@ export class AddressPolicy {
     const a = normalise(ip);
     if (!a) return false;
     if (a.range() === 'unicast') return true;
-    return this.cidrs.some(([net, bits]) => net.kind() === a.kind() && a.match(net as never, bits));
+    return this.cidrs.some(([net, bits]) => net.kind() === a.kind() && a.match(net, bits));
   }
 }

@@ -93,7 +93,7 @@ export class OutboundClient {
     return ((hostname: string, options: dns.LookupOptions, callback: (...args: unknown[]) => void) => {
       dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
         if (err) return callback(err);
-        const list = addresses as dns.LookupAddress[];
+        const list = addresses;
         const ok = list.filter((a) => this.policy.addressAllowed(a.address, host));
         if (ok.length === 0) {
           const e = new OutboundError(

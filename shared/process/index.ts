@@ -53,7 +53,7 @@ export function isDependencyUnavailable(err: unknown, depth = 0): boolean {
 
 export interface FailurePolicyOptions {
   /** Graceful stop before a fatal exit (bounded by `fatalGraceMs`). */
-  onFatal?: () => Promise<unknown> | unknown;
+  onFatal?: () => unknown;
   fatalGraceMs?: number;
   /** Tests: what happens instead of process.exit. */
   exit?: (code: number) => void;

@@ -116,8 +116,9 @@ export class S3ArtifactStore implements ArtifactStore {
     await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(key) }));
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.client.destroy();
+    return Promise.resolve();
   }
 }
 

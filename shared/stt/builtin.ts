@@ -118,8 +118,8 @@ export class BuiltinEngine implements SpeechEngine {
     return this.streaming?.stats();
   }
 
-  async healthy(): Promise<boolean> {
-    return !this.closed && !this.broken && this.threads.some((t) => t.ready);
+  healthy(): Promise<boolean> {
+    return Promise.resolve(!this.closed && !this.broken && this.threads.some((t) => t.ready));
   }
 
   transcribe(req: TranscribeRequest): Promise<TranscribeResult> {

@@ -94,12 +94,12 @@ export function fromVerboseJson(body: unknown, fallbackLanguage = 'en'): Transcr
     id: num(s.id, i),
     start: num(s.start),
     end: num(s.end),
-    text: String(s.text ?? '').trim(),
+    text: text(s.text),
     confidence: typeof s.confidence === 'number' ? s.confidence : Math.exp(num(s.avg_logprob, 0)),
   }));
   const words: TranscriptWord[] = (Array.isArray(b.words) ? (b.words as Record<string, unknown>[]) : []).map(
     (w) => ({
-      word: String(w.word ?? '').trim(),
+      word: text(w.word),
       start: num(w.start),
       end: num(w.end),
       confidence:
@@ -117,4 +117,9 @@ export function fromVerboseJson(body: unknown, fallbackLanguage = 'en'): Transcr
     segments,
     words,
   };
+}
+
+/** A worker's text field, trimmed ('' when absent or not text). */
+function text(v: unknown): string {
+  return typeof v === 'string' ? v.trim() : typeof v === 'number' ? String(v) : '';
 }

@@ -91,12 +91,13 @@ export class RemotePool implements SpeechEngine {
     return ['*'];
   }
 
-  async healthy(): Promise<boolean> {
-    return this.workers.some((w) => w.healthy);
+  healthy(): Promise<boolean> {
+    return Promise.resolve(this.workers.some((w) => w.healthy));
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
     clearInterval(this.timer);
+    return Promise.resolve();
   }
 
   /** Runs one round of health checks now. */

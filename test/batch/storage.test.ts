@@ -4,7 +4,6 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
-// @ts-expect-error s3rver ships no types
 import S3rver from 's3rver';
 import {
   type ArtifactStore,

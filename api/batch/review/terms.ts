@@ -26,7 +26,7 @@ export function termsFromMetadata(metadata: Record<string, unknown> | undefined,
         if (out.size >= limit) break;
       }
     } else if (typeof v === 'object') {
-      const items = Array.isArray(v) ? v : Object.values(v as object);
+      const items = Array.isArray(v) ? v : Object.values(v);
       // Reversed onto the stack, so terms come out in document order.
       for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], depth + 1]);
     }

@@ -27,9 +27,9 @@ export class Semaphore {
         };
         const onAbort = () => {
           this.waiters = this.waiters.filter((w) => w !== grant);
-          reject(signal!.reason);
+          reject(asError(signal!.reason));
         };
-        if (signal?.aborted) return reject(signal.reason);
+        if (signal?.aborted) return reject(asError(signal.reason));
         signal?.addEventListener('abort', onAbort, { once: true });
         this.waiters.push(grant);
       });
@@ -42,4 +42,9 @@ export class Semaphore {
       else this.free++;
     }
   }
+}
+
+/** An abort's reason as the Error a waiter is rejected with (AbortSignal reasons are usually Errors already). */
+function asError(reason: unknown): Error {
+  return reason instanceof Error ? reason : new Error(String(reason));
 }

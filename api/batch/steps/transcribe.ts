@@ -48,7 +48,7 @@ export async function transcribeChunks(
   const concurrency = Math.max(1, Math.min(Math.floor(p.concurrency) || 1, d.config.maxConcurrency));
   // Engine calls of this job in flight: `concurrency`, shared by the utterances of every chunk in flight.
   const jobSlots = new Semaphore(concurrency);
-  const summaries: ChunkSummary[] = new Array(slices.length);
+  const summaries = new Array<ChunkSummary>(slices.length);
   const queue = [...slices];
   let transcribedSeconds = 0;
   const worker = async () => {

@@ -71,7 +71,7 @@ export function routes(document: () => object): Route[] {
           const name = ctx.params.name;
           if (!Object.hasOwn(ASSETS, name))
             throw new ApiError(404, 'not_found', 'Unknown documentation asset.');
-          const asset = ASSETS[name]!;
+          const asset = ASSETS[name];
           ctx.type = asset.type;
           ctx.set('Cache-Control', 'public, max-age=86400');
           ctx.body = fs.createReadStream(path.join(DIST, asset.file));

@@ -75,7 +75,7 @@ export function submitChain(deps: AppDeps, opts: { deprecated?: boolean } = {}):
 
 export function pollHandler(deps: AppDeps): Middleware {
   return async (ctx: Context) => {
-    const id = ctx.params.workflowId as string;
+    const id = (ctx.params as { workflowId: string }).workflowId;
     const body = WORKFLOW_ID_RE.test(id) ? await deps.batch.poll(ctx.state.principal.ownerId, id) : undefined;
     if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
@@ -152,12 +152,21 @@ export function routes(deps: AppDeps): Route[] {
   const auth = requireApiKey(deps.auth);
   const limit = pollRateLimit(deps, 'job polls');
   const handler = pollHandler(deps);
-  const poll: Middleware = (ctx, next) => limit(ctx, () => handler(ctx, next));
+  const poll: Middleware = async (ctx, next) => {
+    await limit(ctx, async () => {
+      await handler(ctx, next);
+    });
+  };
   // The alias paths also match other single-segment paths; only workflow ids are ours.
   const pollAlias: Middleware = async (ctx, next) => {
-    if (!WORKFLOW_ID_RE.test(ctx.params.workflowId as string)) return next();
+    if (!WORKFLOW_ID_RE.test((ctx.params as { workflowId: string }).workflowId)) {
+      await next();
+      return;
+    }
     ctx.state.plane = 'batch';
-    await auth(ctx, () => poll(ctx, next));
+    await auth(ctx, async () => {
+      await poll(ctx, next);
+    });
   };
   const request = componentRef('TranscriptionJobRequest');
   return [

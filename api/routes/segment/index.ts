@@ -19,7 +19,6 @@ import { requestRateLimit } from '../../http/rateLimit.js';
 import { chain, type Route } from '../../http/routes.js';
 import { compile, describeAjvError } from '../../http/validate.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
-import type { Principal } from '../../../shared/auth/index.js';
 import { renderTranscript } from '../../../shared/stt/index.js';
 import { invalidResponseFormat, transcribeUpload } from '../../../shared/transcribe/upload.js';
 import { windowUsage } from '../../../shared/usage.js';
@@ -52,7 +51,7 @@ function isJsonBody(ctx: Context): boolean {
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
   return async (ctx) => {
-    const principal = ctx.state.principal as Principal;
+    const principal = ctx.state.principal;
     let usedSoFar: Promise<number> | undefined;
     const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
     const { fields, seconds, result } = await transcribeUpload(ctx, {
@@ -130,7 +129,11 @@ export function routes(deps: AppDeps): Route[] {
     {
       method: 'post',
       path: SEGMENT_PATH,
-      chain: [(ctx, next) => (isJsonBody(ctx) ? deprecatedJobSubmit(ctx, next) : segment(ctx, next))],
+      chain: [
+        async (ctx, next) => {
+          await (isJsonBody(ctx) ? deprecatedJobSubmit(ctx, next) : segment(ctx, next));
+        },
+      ],
       doc: {
         operationId: 'transcribeSegment',
         summary: 'Transcribe one short clip synchronously (multipart)',

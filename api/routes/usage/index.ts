@@ -20,7 +20,6 @@ import type { Route } from '../../http/routes.js';
 import { compile, validateQuery } from '../../http/validate.js';
 import { pathParam } from '../../openapi/registry.js';
 import { adminEnvelope, apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
-import type { Principal } from '../../../shared/auth/index.js';
 import { ADMIN_PREFIX, adminDoc, adminErrors } from '../admin/index.js';
 import { keyIdParam } from '../admin/schemas.js';
 import { type DateRange, isoDay, reportKeys, usageReport } from './report.js';
@@ -128,7 +127,7 @@ export function routes(deps: AppDeps): Route[] {
         pollRateLimit(deps, 'reads'),
         query,
         async (ctx) => {
-          const principal = ctx.state.principal as Principal;
+          const principal = ctx.state.principal;
           const data = await report(ctx, await reportKeys(db, { keyId: principal.keyId }));
           ctx.set('Cache-Control', 'no-store');
           ctx.body = { keyId: principal.keyId, ownerId: principal.ownerId, ...data };

@@ -190,5 +190,5 @@ export async function reportKeys(db: Knex, by: { ownerId: string } | { keyId: st
   const q = db<KeyInfo>('api_keys').select('id', 'owner_id', 'plan', 'label').orderBy('created_at', 'asc');
   if ('ownerId' in by) q.where('owner_id', by.ownerId);
   else q.where('id', by.keyId);
-  return (await q) as KeyInfo[];
+  return await q;
 }

@@ -185,8 +185,8 @@ export class Decoder {
     if (this.sessionCmn) {
       this.fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
       if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
-      const data = koffi.alloc('float', SEARCH_FRAMES * CEPSTRUM_LENGTH);
-      const pointers = koffi.alloc('void *', SEARCH_FRAMES);
+      const data: unknown = koffi.alloc('float', SEARCH_FRAMES * CEPSTRUM_LENGTH);
+      const pointers: unknown = koffi.alloc('void *', SEARCH_FRAMES);
       const base = BigInt(koffi.address(data));
       for (let i = 0; i < SEARCH_FRAMES; i++)
         koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
@@ -255,7 +255,7 @@ export class Decoder {
     try {
       const n = count[0];
       if (n <= 0) return;
-      const rows = koffi.decode(block[0], 'void *');
+      const rows: unknown = koffi.decode(block[0], 'void *');
       cep = Float32Array.from(koffi.decode(rows, 'float', n * CEPSTRUM_LENGTH) as number[]);
     } finally {
       b.ckd_free_2d(block[0]);
