@@ -24,7 +24,7 @@ import {
 } from './helpers.js';
 
 describe('realtime overload admission', function () {
-  this.timeout(60_000);
+  this.timeout(90_000);
   let engine: BuiltinEngine;
   let ctx: RealtimeTestContext | undefined;
   const speech = Buffer.concat([readPcm('jfk.wav'), silence(1000)]);
