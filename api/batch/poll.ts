@@ -18,15 +18,19 @@ export interface PollStep {
   attempts: number;
 }
 
-/** What a poll reads: the workflow's own columns and its steps in order (times as Postgres writes them). */
+/** What presenting a poll reads: the workflow's own columns and its steps in order (times as Postgres writes them). */
 export interface PollView {
   id: string;
   request_id: string;
   status: WorkflowStatus;
   error: { name: string; message: string } | null;
-  output: Record<string, unknown>;
+  /** Read only when complete. */
+  output: Record<string, unknown> | null;
   steps: PollStep[];
 }
+
+/** A workflow as a poll reads it: its kept body or, when it has none (`body` null), the view to present and its `rev`. */
+export type PollRow = PollView & { body: string | null; rev: number };
 
 export interface PollResponse {
   workflow_id: string;
@@ -80,7 +84,7 @@ export function presentPoll(v: PollView): PollResponse {
   if (v.status === 'complete') {
     output = {};
     for (const k of STEP_OUTPUTS)
-      output[k] = (k === 'result' ? presentResult(v.output[k]) : v.output[k]) ?? null;
+      output[k] = (k === 'result' ? presentResult(v.output?.[k]) : v.output?.[k]) ?? null;
   }
   return {
     workflow_id: v.id,
@@ -98,29 +102,34 @@ const MAX_BATCH = 256;
 interface PendingPoll {
   workflowId: string;
   ownerId: string;
-  resolve(view: PollView | undefined): void;
+  resolve(body: string | undefined): void;
   reject(err: unknown): void;
+}
+
+/** What the reader needs of the repository (api/batch/repo.ts). */
+export interface PollStore {
+  pollRows(ids: string[], owners: string[]): Promise<(PollRow | undefined)[]>;
+  keepPollBodies(bodies: { id: string; rev: number; body: string }[]): Promise<void>;
 }
 
 /**
  * Polls are the most frequent request of the batch plane: those that arrive
- * in the same turn of the event loop are read together by one query
- * (`WorkflowRepo.pollViews`), so under load a poll costs a share of one
- * round trip; a single poll waits only for the end of the current turn.
+ * in the same turn of the event loop are read together by one query, so
+ * under load a poll costs a share of one round trip; a single poll waits
+ * only for the end of the current turn. A workflow's body is presented once
+ * per change and kept on its row (`PollStore.keepPollBodies`); polls of an
+ * unchanged workflow send the kept text as it is.
  */
 export class PollReader {
   private pending: PendingPoll[] = [];
 
-  constructor(
-    private readonly read: (ids: string[], owners: string[]) => Promise<(PollView | undefined)[]>,
-  ) {}
+  constructor(private readonly store: PollStore) {}
 
-  /** The poll response of the tenant's workflow, or undefined (unknown id, or another tenant's). */
-  async poll(workflowId: string, ownerId: string): Promise<PollResponse | undefined> {
-    const view = await new Promise<PollView | undefined>((resolve, reject) => {
+  /** The poll response (JSON text) of the tenant's workflow, or undefined (unknown id, or another tenant's). */
+  poll(workflowId: string, ownerId: string): Promise<string | undefined> {
+    return new Promise((resolve, reject) => {
       if (this.pending.push({ workflowId, ownerId, resolve, reject }) === 1) setImmediate(this.flush);
     });
-    return view && presentPoll(view);
   }
 
   private readonly flush = () => {
@@ -130,14 +139,31 @@ export class PollReader {
   };
 
   private async readBatch(batch: PendingPoll[]): Promise<void> {
+    let rows: (PollRow | undefined)[];
     try {
-      const views = await this.read(
+      rows = await this.store.pollRows(
         batch.map((p) => p.workflowId),
         batch.map((p) => p.ownerId),
       );
-      batch.forEach((p, i) => p.resolve(views[i]));
     } catch (err) {
       for (const p of batch) p.reject(err);
+      return;
     }
+    const presented = new Map<string, { id: string; rev: number; body: string }>();
+    batch.forEach((p, i) => {
+      const row = rows[i];
+      if (!row || row.body !== null) {
+        p.resolve(row?.body ?? undefined);
+        return;
+      }
+      let kept = presented.get(row.id);
+      if (!kept) {
+        kept = { id: row.id, rev: row.rev, body: JSON.stringify(presentPoll(row)) };
+        presented.set(row.id, kept);
+      }
+      p.resolve(kept.body);
+    });
+    // Keeping the body only saves later polls work: when it fails, the next poll presents the row again.
+    if (presented.size) this.store.keepPollBodies([...presented.values()]).catch(() => {});
   }
 }

@@ -1,6 +1,11 @@
-/** Postgres access for batch workflows (the poll response is presented in poll.ts). */
+/**
+ * Postgres access for batch workflows. The poll response is presented in
+ * poll.ts and kept on the workflow row (`poll_body`): every write here that
+ * changes what a poll shows clears it and bumps `poll_rev` in the same
+ * statement (`STALE_POLL`).
+ */
 import type { Knex } from 'knex';
-import type { PollView } from './poll.js';
+import type { PollRow } from './poll.js';
 import { chunkStep, STEPS, type StepRef } from './steps/order.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
@@ -31,14 +36,30 @@ export interface WorkflowRow {
  */
 const STEP_ORDER_SQL = `CASE WHEN s.name LIKE 'transcribe\\_chunk\\_%' THEN ${chunkStep(0).seq} ELSE s.seq END, s.seq`;
 
-const POLL_VIEWS = `
-  SELECT q.i::int4 AS i, w.id, w.request_id, w.status, w.error,
-         CASE WHEN w.status = 'complete' THEN w.output ELSE '{}'::jsonb END AS output,
-         (SELECT COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
-                    'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY ${STEP_ORDER_SQL}), '[]'::json)
-            FROM batch_steps s WHERE s.workflow_id = w.id) AS steps
+/**
+ * Each asked workflow of its tenant: the kept poll body or, when there is
+ * none, what presenting it needs (its columns and its steps in order), read
+ * in one statement so that all of it, and `poll_rev`, come from one snapshot.
+ */
+const POLL_ROWS = `
+  SELECT q.i::int4 AS i, w.id, w.poll_body AS body, w.poll_rev AS rev, w.request_id, w.status,
+         CASE WHEN w.poll_body IS NULL THEN w.error END AS error,
+         CASE WHEN w.poll_body IS NULL AND w.status = 'complete' THEN w.output END AS output,
+         CASE WHEN w.poll_body IS NULL THEN
+           (SELECT COALESCE(json_agg(json_build_object('name', s.name, 'status', s.status, 'started_at', s.started_at,
+                      'ended_at', s.ended_at, 'attempts', s.attempts) ORDER BY ${STEP_ORDER_SQL}), '[]'::json)
+              FROM batch_steps s WHERE s.workflow_id = w.id)
+         END AS steps
     FROM unnest(?::text[], ?::text[]) WITH ORDINALITY AS q(id, owner_id, i)
     JOIN batch_workflows w ON w.id = q.id AND w.owner_id = q.owner_id`;
+
+/** Set by every write that changes what a poll of the workflow shows. */
+const STALE_POLL = 'poll_body = NULL, poll_rev = poll_rev + 1';
+
+/** A step write (`step`, returning workflow_id) and its workflow's poll marked stale, as one statement. */
+const withStalePoll = (step: string) => `
+  WITH changed AS (${step} RETURNING workflow_id)
+  UPDATE batch_workflows SET ${STALE_POLL} WHERE id IN (SELECT workflow_id FROM changed)`;
 
 export class WorkflowRepo {
   constructor(readonly db: Knex) {}
@@ -74,13 +95,23 @@ export class WorkflowRepo {
   /**
    * What polls show of the given workflows, each with its tenant in the same
    * join condition, in one query: undefined for an unknown id or another
-   * tenant's workflow. Steps come in their sequence order.
+   * tenant's workflow; the kept body, or the row to present.
    */
-  async pollViews(ids: string[], owners: string[]): Promise<(PollView | undefined)[]> {
-    const { rows } = await this.db.raw<{ rows: (PollView & { i: number })[] }>(POLL_VIEWS, [ids, owners]);
-    const views = new Array<PollView | undefined>(ids.length);
-    for (const { i, ...view } of rows) views[i - 1] = view;
-    return views;
+  async pollRows(ids: string[], owners: string[]): Promise<(PollRow | undefined)[]> {
+    const { rows } = await this.db.raw<{ rows: (PollRow & { i: number })[] }>(POLL_ROWS, [ids, owners]);
+    const found = new Array<PollRow | undefined>(ids.length);
+    for (const { i, ...row } of rows) found[i - 1] = row;
+    return found;
+  }
+
+  /** Keeps presented poll bodies, each only if its workflow has not changed since it was read (`rev`). */
+  async keepPollBodies(bodies: { id: string; rev: number; body: string }[]): Promise<void> {
+    await this.db.raw(
+      `UPDATE batch_workflows w SET poll_body = v.body
+         FROM unnest(?::text[], ?::int4[], ?::text[]) AS v(id, rev, body)
+        WHERE w.id = v.id AND w.poll_rev = v.rev AND w.poll_body IS NULL`,
+      [bodies.map((b) => b.id), bodies.map((b) => b.rev), bodies.map((b) => b.body)],
+    );
   }
 
   /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */
@@ -93,7 +124,8 @@ export class WorkflowRepo {
     const res = await this.db.raw<{ rows: WorkflowRow[] }>(
       `UPDATE batch_workflows
          SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
-             started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now()
+             started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now(),
+             ${STALE_POLL}
        WHERE id = ? AND status IN ('queued', 'running')
          AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
        RETURNING *`,
@@ -124,6 +156,7 @@ export class WorkflowRepo {
       .update({
         output: this.db.raw('output || ?::jsonb', [JSON.stringify(patch)]),
         updated_at: this.db.fn.now(),
+        ...this.stalePoll(),
       });
   }
 
@@ -142,16 +175,22 @@ export class WorkflowRepo {
         updated_at: this.db.fn.now(),
         lease_owner: null,
         lease_until: null,
+        ...this.stalePoll(),
       });
     return n > 0;
   }
 
+  /** The columns of STALE_POLL, for knex updates. */
+  private stalePoll() {
+    return { poll_body: null, poll_rev: this.db.raw('poll_rev + 1') };
+  }
+
   async stepStart(id: string, { name, seq }: StepRef): Promise<void> {
     await this.db.raw(
-      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, attempts)
+      withStalePoll(`INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, attempts)
        VALUES (?, ?, ?, 'running', now(), 1)
        ON CONFLICT (workflow_id, name) DO UPDATE
-         SET status = 'running', started_at = now(), ended_at = NULL, error = NULL, attempts = batch_steps.attempts + 1`,
+         SET status = 'running', started_at = now(), ended_at = NULL, error = NULL, attempts = batch_steps.attempts + 1`),
       [id, name, seq],
     );
   }
@@ -159,10 +198,10 @@ export class WorkflowRepo {
   async stepSet(id: string, { name, seq }: StepRef, status: StepStatus, error?: string): Promise<void> {
     const ended = status === 'complete' || status === 'errored' || status === 'skipped';
     await this.db.raw(
-      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts, error)
+      withStalePoll(`INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts, error)
        VALUES (?, ?, ?, ?, now(), ${ended ? 'now()' : 'NULL'}, 0, ?)
        ON CONFLICT (workflow_id, name) DO UPDATE
-         SET status = EXCLUDED.status, ended_at = ${ended ? 'now()' : 'NULL'}, error = EXCLUDED.error`,
+         SET status = EXCLUDED.status, ended_at = ${ended ? 'now()' : 'NULL'}, error = EXCLUDED.error`),
       [id, name, seq, status, error ?? null],
     );
   }
@@ -170,10 +209,10 @@ export class WorkflowRepo {
   /** A step satisfied by earlier work (a checkpoint): shown complete with no attempt, an earlier row is kept as it is. */
   async stepReused(id: string, { name, seq }: StepRef): Promise<void> {
     await this.db.raw(
-      `INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts)
+      withStalePoll(`INSERT INTO batch_steps (workflow_id, name, seq, status, started_at, ended_at, attempts)
        VALUES (?, ?, ?, 'complete', now(), now(), 0)
        ON CONFLICT (workflow_id, name) DO UPDATE SET status = 'complete', ended_at = coalesce(batch_steps.ended_at, now())
-       WHERE batch_steps.status <> 'complete'`,
+       WHERE batch_steps.status <> 'complete'`),
       [id, name, seq],
     );
   }

@@ -21,7 +21,7 @@ import type { SpeechEngine } from '../../shared/stt/types.js';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
-import { PollReader, type PollResponse } from './poll.js';
+import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -67,7 +67,7 @@ export class BatchRuntime {
 
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
-    this.polls = new PollReader((ids, owners) => this.repo.pollViews(ids, owners));
+    this.polls = new PollReader(this.repo);
     this.store = d.store ?? createArtifactStore(d.config.batch.storage);
     this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
     this.log = d.logger.child({ component: 'batch' });
@@ -316,8 +316,8 @@ export class BatchRuntime {
     };
   }
 
-  /** The poll response (interface 2.3) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
-  async poll(ownerId: string, workflowId: string): Promise<PollResponse | undefined> {
+  /** The poll response (interface 2.3, JSON text) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
+  async poll(ownerId: string, workflowId: string): Promise<string | undefined> {
     return this.polls.poll(workflowId, ownerId);
   }
 

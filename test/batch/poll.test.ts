@@ -1,6 +1,6 @@
 /**
- * Polls present the workflow row and its steps (api/batch/poll.ts): the body
- * must follow every step and status write, also when steps are written
+ * Polls present the workflow row and its steps (api/batch/poll.ts), kept on
+ * the row until the next change: the body must follow every step and status write, also when steps are written
  * concurrently, keep the interface's field order, be written like every other
  * response (compact JSON), and each of many concurrent polls must get its own
  * tenant's answer.
@@ -130,6 +130,34 @@ describe('batch: polls', function () {
     const after = await poll(keyA, id, `/v1/audio/transcriptions/${id}`);
     expect(after.body.steps.at(-1)).to.include({ name: 'webhook', status: 'waiting' });
     expect(after.body.output.result.text).to.equal('hello');
+  });
+
+  it('keeps a presented body on the row and drops one presented from a read older than the last change', async () => {
+    const id = await submit(keyA);
+    const repo = t.runtime.repo;
+    const kept = async () =>
+      (await repo.db('batch_workflows').where({ id }).first<{ poll_body: string | null; poll_rev: number }>(
+        'poll_body',
+        'poll_rev',
+      ))!;
+    const first = await poll(keyA, id);
+    // The body is kept once the poll has been answered (it is written after the answer).
+    for (let i = 0; i < 50 && (await kept()).poll_body === null; i++) await new Promise((r) => setTimeout(r, 20));
+    expect((await kept()).poll_body).to.equal(first.text);
+    // Polls of an unchanged workflow send the kept text as it is.
+    await repo.db('batch_workflows').where({ id }).update({ poll_body: '{"kept":true}' });
+    expect((await poll(keyA, id)).text).to.equal('{"kept":true}');
+
+    // A change clears the kept body; a body presented from a read before that change is not kept.
+    const [before] = await repo.pollRows([id], ['tenant-a']);
+    await repo.acquire(id, 'test-runner', 30);
+    expect((await kept()).poll_body).to.equal(null);
+    await repo.stepStart(id, STEPS.probe);
+    await repo.keepPollBodies([{ id, rev: before!.rev, body: '{"stale":true}' }]);
+    expect((await kept()).poll_body).to.equal(null);
+    const now = await poll(keyA, id);
+    expect(now.body).to.deep.include({ status: 'running' });
+    expect(now.body.steps.map((s: { name: string }) => s.name)).to.deep.equal(['probe']);
   });
 
   it('an errored workflow shows error {name, message} and no output', async () => {

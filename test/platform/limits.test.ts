@@ -13,8 +13,10 @@ const drivers: [string, () => LimitsDriver][] = [
 for (const [name, make] of drivers) {
   describe(`limits driver: ${name}`, () => {
     let l: LimitsDriver;
-    before(() => {
+    before(async () => {
       l = make();
+      // Until Redis answers, each instance limits on its own (the insurance limiter): count in Redis from the start.
+      expect(await l.ping()).to.equal(true);
     });
     after(() => l.close());
 
@@ -27,6 +29,20 @@ for (const [name, make] of drivers) {
       // Buckets are per owner and per kind.
       expect((await l.consume('requests', randomUUID(), 3)).allowed).to.equal(true);
       expect((await l.consume('connections', owner, 3)).allowed).to.equal(true);
+    });
+
+    it('counts calls made in one turn together and answers each as if made one by one', async () => {
+      const owner = randomUUID();
+      // Seven calls in one turn against a limit of 5: the first five allowed, in order, with falling remainders.
+      const first = await Promise.all(Array.from({ length: 7 }, () => l.consume('polls', owner, 5)));
+      expect(first.map((d) => d.allowed)).to.deep.equal([true, true, true, true, true, false, false]);
+      expect(first.slice(0, 5).map((d) => d.remaining)).to.deep.equal([4, 3, 2, 1, 0]);
+      for (const d of first.slice(5)) expect(d.retryAfterMs).to.be.within(1, 60_000);
+      // The key has used its minute: a later turn is refused whole; other keys and sizes are counted apart.
+      const later = await Promise.all([l.consume('polls', owner, 5), l.consume('polls', owner, 5)]);
+      expect(later.map((d) => d.allowed)).to.deep.equal([false, false]);
+      const other = await Promise.all([l.consume('polls', randomUUID(), 2), l.consume('polls', owner, 9)]);
+      expect(other.map((d) => d.allowed)).to.deep.equal([true, true]);
     });
 
     it('grants at most max leases, re-grants to a holder, and frees on release', async () => {
@@ -78,6 +94,10 @@ describe('Redis rate limits shared by instances', () => {
   const prefix = `stt-test-${randomUUID()}:`;
   const a = RedisLimits.connect(TEST_REDIS_URL, prefix);
   const b = RedisLimits.connect(TEST_REDIS_URL, prefix);
+  before(async () => {
+    expect(await a.ping()).to.equal(true);
+    expect(await b.ping()).to.equal(true);
+  });
   after(async () => {
     await a.close();
     await b.close();

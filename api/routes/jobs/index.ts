@@ -79,6 +79,8 @@ export function pollHandler(deps: AppDeps): Middleware {
     const body = WORKFLOW_ID_RE.test(id) ? await deps.batch.poll(ctx.state.principal.ownerId, id) : undefined;
     if (body === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
     ctx.set('Cache-Control', 'no-store');
+    // The body is the response's JSON text as kept for the workflow (api/batch/poll.ts).
+    ctx.set('Content-Type', 'application/json; charset=utf-8');
     ctx.body = body;
   };
 }

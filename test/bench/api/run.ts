@@ -5,7 +5,7 @@
  * are reported with the ratio to bare Koa.
  *
  *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3] [--warmup 2]
- *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR] [--perf]
+ *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR] [--perf] [--only TEXT]
  *
  * or, as production runs it, compiled:  npm run build && node dist/test/bench/api/run.js
  *
@@ -136,6 +136,13 @@ if (job.workflow_id) {
   });
 } else {
   process.stderr.write(`could not submit a job for the poll target: ${JSON.stringify(job)}\n`);
+}
+
+// `--only TEXT` keeps bare Koa and the targets whose name contains TEXT (e.g. `--only poll` for a profile of one route).
+const onlyIndex = process.argv.indexOf('--only');
+if (onlyIndex > 0) {
+  const only = process.argv[onlyIndex + 1];
+  for (let i = targets.length - 1; i > 0; i--) if (!targets[i].name.includes(only)) targets.splice(i, 1);
 }
 
 for (const t of targets) await autocannon({ ...t.opts, connections, duration: warmup, pipelining: 1 });
