@@ -24,10 +24,10 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { decodeAudio } from '../shared/audio/index.js';
-import { speechConfig, transcribeCliConfig } from '../shared/config/speech.js';
+import { speechConfig } from '../shared/config/speech.js';
+import { parseCliArgs } from './args.js';
 import { STREAM_PATH } from '../shared/paths.js';
 
 const FRAME_BYTES = 3200; // 100 ms of 16 kHz mono PCM16
@@ -131,22 +131,15 @@ interface StreamEvent {
 }
 
 async function main(): Promise<void> {
-  const defaults = transcribeCliConfig();
-  const { values, positionals } = parseArgs({
-    allowPositionals: true,
-    options: {
-      url: { type: 'string', default: defaults.baseUrl },
-      key: { type: 'string' },
+  const { values, positionals, key } = parseCliArgs(
+    {
       language: { type: 'string' },
       pace: { type: 'string', default: '1' },
       events: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h' },
     },
-  });
-  if (values.help) usage();
+    usage,
+  );
   if (positionals.length !== 1) usage('give one audio file, or - for stdin');
-  const key = values.key ?? defaults.apiKey;
-  if (!key) usage('an API key is required (--key or STT_API_KEY)');
   const pace = Number(values.pace);
   if (!(pace > 0)) usage('--pace must be a positive number');
   const file = positionals[0];

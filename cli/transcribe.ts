@@ -23,9 +23,8 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
-import { transcribeCliConfig } from '../shared/config/speech.js';
+import { parseCliArgs } from './args.js';
 import {
   RESPONSE_FORMATS,
   isResponseFormat,
@@ -272,12 +271,8 @@ async function transcribeUrl(audioUrl: string, o: Options, progress: Progress): 
 }
 
 async function main(): Promise<void> {
-  const defaults = transcribeCliConfig();
-  const { values, positionals } = parseArgs({
-    allowPositionals: true,
-    options: {
-      url: { type: 'string', default: defaults.baseUrl },
-      key: { type: 'string' },
+  const { values, positionals, key } = parseCliArgs(
+    {
       format: { type: 'string', default: 'text' },
       out: { type: 'string' },
       language: { type: 'string' },
@@ -286,13 +281,10 @@ async function main(): Promise<void> {
       'worker-id': { type: 'string' },
       concurrency: { type: 'string', default: '2' },
       progress: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h' },
     },
-  });
-  if (values.help) usage();
+    usage,
+  );
   if (positionals.length === 0) usage('give at least one file or folder');
-  const key = values.key ?? defaults.apiKey;
-  if (!key) usage('an API key is required (--key or STT_API_KEY)');
   if (!isResponseFormat(values.format)) usage(`--format must be one of ${RESPONSE_FORMATS.join(', ')}`);
   const concurrency = Number(values.concurrency);
   if (!Number.isInteger(concurrency) || concurrency < 1) usage('--concurrency must be a positive integer');

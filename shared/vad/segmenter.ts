@@ -362,6 +362,18 @@ export class Segmenter {
   }
 
   /** The utterance policy for one classified window. */
+  /** Adds a classified window to the current candidate or utterance, counting speech and the silence run. */
+  private addToCurrent(w: Win): void {
+    this.cur.push(w);
+    if (w.speech) {
+      this.speechW++;
+      this.silenceRun = 0;
+      this.lastSpeechIdx = this.cur.length - 1;
+    } else {
+      this.silenceRun++;
+    }
+  }
+
   private afterClassify(w: Win, out: SegmenterEvent[]): void {
     this.pos++;
 
@@ -370,14 +382,7 @@ export class Segmenter {
         this.pushPrefix(w);
         return;
       }
-      this.cur.push(w);
-      if (w.speech) {
-        this.speechW++;
-        this.silenceRun = 0;
-        this.lastSpeechIdx = this.cur.length - 1;
-      } else {
-        this.silenceRun++;
-      }
+      this.addToCurrent(w);
       if (this.silenceRun >= this.silenceW) {
         // Candidate broken before it reached the minimum speech length.
         const old = this.cur;
@@ -388,14 +393,7 @@ export class Segmenter {
       if (this.speechW >= this.minSpeechW || !this.settings.vad) this.announce(out);
       else return;
     } else {
-      this.cur.push(w);
-      if (w.speech) {
-        this.speechW++;
-        this.silenceRun = 0;
-        this.lastSpeechIdx = this.cur.length - 1;
-      } else {
-        this.silenceRun++;
-      }
+      this.addToCurrent(w);
     }
 
     // Open utterance: decide whether it ends here.

@@ -43,12 +43,11 @@ export interface VadStreamOptions {
   streamAudio?: boolean;
 }
 
+/** Where a stream's events go, in batches. */
+export type VadEventSink = (events: VadEvent[]) => void;
+
 export interface VadService {
-  open(
-    settings: SegmenterSettings,
-    onEvents: (events: VadEvent[]) => void,
-    opts?: VadStreamOptions,
-  ): VadStream;
+  open(settings: SegmenterSettings, onEvents: VadEventSink, opts?: VadStreamOptions): VadStream;
   stats(): VadStats;
   close(): Promise<void>;
   /** Registers a listener for a fatal failure (a crashed VAD thread). */
@@ -73,7 +72,7 @@ export interface VadServiceOptions extends SegmenterOptions {
 export class InlineVad implements VadService {
   private streams = 0;
   private nextId = 1;
-  private readonly handlers = new Map<number, (events: VadEvent[]) => void>();
+  private readonly handlers = new Map<number, VadEventSink>();
   private readonly rounds: SegmentationRounds;
   private failed: Error | null = null;
   private readonly failureListeners: ((err: Error) => void)[] = [];
@@ -104,11 +103,7 @@ export class InlineVad implements VadService {
     return !this.failed;
   }
 
-  open(
-    settings: SegmenterSettings,
-    onEvents: (events: VadEvent[]) => void,
-    opts: VadStreamOptions = {},
-  ): VadStream {
+  open(settings: SegmenterSettings, onEvents: VadEventSink, opts: VadStreamOptions = {}): VadStream {
     const id = this.nextId++;
     this.streams++;
     this.handlers.set(id, onEvents);
@@ -193,7 +188,7 @@ interface Lane {
 
 export class ThreadedVad implements VadService {
   private readonly lanes: Lane[] = [];
-  private readonly handlers = new Map<number, (events: VadEvent[]) => void>();
+  private readonly handlers = new Map<number, VadEventSink>();
   private nextId = 1;
   private immediate = false;
   private timer: NodeJS.Timeout | null = null;
@@ -306,11 +301,7 @@ export class ThreadedVad implements VadService {
     }
   }
 
-  open(
-    settings: SegmenterSettings,
-    onEvents: (events: VadEvent[]) => void,
-    opts: VadStreamOptions = {},
-  ): VadStream {
+  open(settings: SegmenterSettings, onEvents: VadEventSink, opts: VadStreamOptions = {}): VadStream {
     const id = this.nextId++;
     const lane = this.lanes.reduce((a, b) => (b.streams < a.streams ? b : a));
     lane.streams++;
