@@ -361,7 +361,6 @@ export class Segmenter {
       this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
   }
 
-  /** The utterance policy for one classified window. */
   /** Adds a classified window to the current candidate or utterance, counting speech and the silence run. */
   private addToCurrent(w: Win): void {
     this.cur.push(w);
@@ -374,6 +373,7 @@ export class Segmenter {
     }
   }
 
+  /** The utterance policy for one classified window. */
   private afterClassify(w: Win, out: SegmenterEvent[]): void {
     this.pos++;
 
