@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
@@ -112,6 +113,28 @@ describe('Redis rate limits shared by instances', () => {
     expect(decisions.filter((d) => d.allowed)).to.have.length(limit);
     const refused = decisions.find((d) => !d.allowed)!;
     expect(refused.retryAfterMs).to.be.within(1, 60_000);
+  });
+
+  it('counts the calls of one key made in one turn with one Redis call', async () => {
+    const owner = randomUUID();
+    // Every command Redis runs, as MONITOR reports it (ioredis's public monitor mode), kept when it names this key.
+    const monitor = await new Redis(TEST_REDIS_URL).monitor();
+    const commands: string[][] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      // Script calls only: MONITOR also lists the commands a script runs.
+      if (/^eval/i.test(args[0]) && args.some((a) => a.includes(owner))) commands.push(args);
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 100));
+      const decisions = await Promise.all(Array.from({ length: 40 }, () => a.consume('polls', owner, 30)));
+      expect(decisions.filter((d) => d.allowed)).to.have.length(30);
+      await new Promise((r) => setTimeout(r, 200));
+      // One script call (two when Redis first answers NOSCRIPT and ioredis sends the script itself), not forty.
+      expect(commands.length, JSON.stringify(commands)).to.be.within(1, 2);
+      expect(commands.at(-1)).to.include('40');
+    } finally {
+      monitor.disconnect();
+    }
   });
 
   it('keeps small limits exact', async () => {
