@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import S3rver from 's3rver';
 import { haproxyConfigPath, renderHaproxyConfig } from './haproxy.js';
+import { settingNames } from '../../shared/config/index.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -42,6 +43,12 @@ export interface ClusterOptions {
   distDir?: string;
   /** Extra environment for every instance (plans, lease TTLs, ...). */
   env?: Record<string, string>;
+  /**
+   * Settings for every instance that give way to the topology the cluster
+   * sets itself (addresses, ports, store, secrets): those an operator set in
+   * the environment of `npm run cluster` (`clusterOptionsFromEnv`).
+   */
+  settings?: Record<string, string>;
   /** Every output line of every process, with its name. */
   onLine?: (name: string, line: string) => void;
 }
@@ -253,7 +260,15 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
         realtime: { REALTIME_HOST: '127.0.0.1', REALTIME_PORT: String(port) },
         engine: { ENGINE_HOST: '127.0.0.1', ENGINE_PORT: String(port), STT_THREADS: '1' },
       }[role];
-      return { ...common, DATA_DIR: dataDir, ...ROLE_ENV[role], ...opts.env, ...own };
+      const settings = Object.entries(opts.settings ?? {}).filter(([k]) => !(k in common) && !(k in own));
+      return {
+        ...common,
+        DATA_DIR: dataDir,
+        ...ROLE_ENV[role],
+        ...Object.fromEntries(settings),
+        ...opts.env,
+        ...own,
+      };
     };
 
     const start = async (name: string): Promise<ClusterProcess> => {
@@ -389,6 +404,21 @@ export async function stopProcess(child: ChildProcess, graceMs: number): Promise
 }
 
 /** Settings of `npm run cluster` from the environment (as compose: secrets are required). */
+/**
+ * The service settings (README, "Configuration") set in `env`, as a compose
+ * file's environment would pass them, except DATA_DIR, PORT and HOST, which
+ * each instance gets its own of.
+ */
+export function operatorSettings(env: NodeJS.ProcessEnv): Record<string, string> {
+  const own = new Set(['DATA_DIR', 'PORT', 'HOST']);
+  const out: Record<string, string> = {};
+  for (const name of settingNames()) {
+    const v = env[name];
+    if (v !== undefined && !own.has(name)) out[name] = v;
+  }
+  return out;
+}
+
 export function clusterOptionsFromEnv(env: NodeJS.ProcessEnv): ClusterOptions {
   const need = (name: string) => {
     const v = env[name];
@@ -415,6 +445,7 @@ export function clusterOptionsFromEnv(env: NodeJS.ProcessEnv): ClusterOptions {
     workDir: path.resolve(
       env.CLUSTER_DIR || path.join(os.tmpdir(), `stt-cluster-${randomBytes(3).toString('hex')}`),
     ),
+    settings: operatorSettings(env),
     env: s3Endpoint
       ? {
           S3_ACCESS_KEY_ID: need('S3_ACCESS_KEY_ID'),

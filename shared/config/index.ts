@@ -70,6 +70,26 @@ function merge<T>(base: T, over: DeepPartial<T> | undefined): T {
   return out as T;
 }
 
+/**
+ * The names of the settings a config reader (by default all of a service's)
+ * looks up, recorded from a run over an empty environment (a setting read
+ * only when another is set is not among them).
+ */
+export function settingNames(read: (env: Env) => unknown = loadConfig): Set<string> {
+  const seen = new Set<string>();
+  const recorder: Env = new Proxy(
+    {},
+    {
+      get(_target, key) {
+        if (typeof key === 'string') seen.add(key);
+        return undefined;
+      },
+    },
+  );
+  read(recorder);
+  return seen;
+}
+
 /** Names of settings whose values must never be printed or logged. */
 export const SECRET_SETTINGS = [
   'GATEWAY_ADMIN_TOKEN',

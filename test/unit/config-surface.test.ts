@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { loadConfig, SECRET_SETTINGS } from '../../shared/config/index.js';
+import { loadConfig, SECRET_SETTINGS, settingNames } from '../../shared/config/index.js';
 import { transcribeCliConfig } from '../../shared/config/speech.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -40,18 +40,9 @@ function readmeVariables(): string[] {
   return names;
 }
 
-/** Every name the config readers look up, recorded from a run over an empty environment. */
+/** Every name the config readers look up over an empty environment, the client commands' included. */
 function namesRead(): Set<string> {
-  const seen = new Set<string>();
-  const env = new Proxy({} as Record<string, string | undefined>, {
-    get(_t, key) {
-      if (typeof key === 'string') seen.add(key);
-      return undefined;
-    },
-  });
-  loadConfig(env);
-  transcribeCliConfig(env);
-  return seen;
+  return new Set([...settingNames(), ...settingNames(transcribeCliConfig)]);
 }
 
 /** Every name written as a reader's argument in shared/config (also those a run over an empty environment skips). */
