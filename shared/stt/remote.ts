@@ -18,10 +18,12 @@
  * worker's: they end the request without a fallback.
  */
 import type { Logger } from 'pino';
+import { request, type Dispatcher } from 'undici';
 import type { RemoteWorkerConfig, SpeechConfig } from '../config/speech.js';
 import { pcmToWav, pcmDurationSeconds } from '../audio/index.js';
 import { attempts, measured, workerHealthy } from './metrics.js';
 import { fromVerboseJson } from './formats.js';
+import { multipartBody } from '../http/multipart.js';
 import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
 
 interface WorkerState extends RemoteWorkerConfig {
@@ -220,38 +222,40 @@ export class RemotePool implements SpeechEngine {
   }
 
   private async attempt(worker: WorkerState, wav: Buffer, req: TranscribeRequest, timeoutMs: number) {
-    const form = new FormData();
-    form.append('file', new Blob([wav as Uint8Array<ArrayBuffer>], { type: 'audio/wav' }), 'audio.wav');
-    form.append('model', req.model ?? this.cfg.model);
-    form.append('response_format', 'verbose_json');
-    form.append('timestamp_granularities[]', 'word');
-    form.append('timestamp_granularities[]', 'segment');
-    if (req.language) form.append('language', req.language);
-    if (req.prompt) form.append('prompt', req.prompt);
-    const signals = [AbortSignal.timeout(timeoutMs)];
-    if (req.signal) signals.push(req.signal);
+    const fields: [string, string][] = [
+      ['model', req.model ?? this.cfg.model],
+      ['response_format', 'verbose_json'],
+      ['timestamp_granularities[]', 'word'],
+      ['timestamp_granularities[]', 'segment'],
+    ];
+    if (req.language) fields.push(['language', req.language]);
+    if (req.prompt) fields.push(['prompt', req.prompt]);
+    const form = multipartBody(fields, { name: 'file', filename: 'audio.wav', type: 'audio/wav', data: wav });
+    const timeout = AbortSignal.timeout(timeoutMs);
     worker.inFlight++;
     try {
-      let res: Response;
+      let res: Dispatcher.ResponseData;
       try {
-        res = await fetch(`${worker.url}/v1/audio/transcriptions`, {
+        res = await request(`${worker.url}/v1/audio/transcriptions`, {
           method: 'POST',
-          body: form,
-          headers: this.cfg.apiKey ? { authorization: `Bearer ${this.cfg.apiKey}` } : {},
-          signal: AbortSignal.any(signals),
+          body: form.body,
+          headers: {
+            'content-type': form.contentType,
+            ...(this.cfg.apiKey ? { authorization: `Bearer ${this.cfg.apiKey}` } : {}),
+          },
+          signal: req.signal ? AbortSignal.any([timeout, req.signal]) : timeout,
         });
       } catch (err) {
-        const e = err as Error & { cause?: { code?: string } };
-        const why =
-          e.name === 'TimeoutError'
-            ? `no answer within ${Math.round(timeoutMs)} ms`
-            : (e.cause?.code ?? e.message);
+        const e = err as Error & { code?: string };
+        const why = timeout.aborted ? `no answer within ${Math.round(timeoutMs)} ms` : (e.code ?? e.message);
         throw new AttemptError(why, true);
       }
-      const text = await res.text().catch(() => '');
-      if (!res.ok) {
+      const ok = res.statusCode >= 200 && res.statusCode < 300;
+      const status = res.statusCode;
+      const text = await res.body.text().catch(() => '');
+      if (!ok) {
         let code = 'transcription_failed';
-        let message = `HTTP ${res.status}`;
+        let message = `HTTP ${status}`;
         try {
           const body = JSON.parse(text) as { error?: { code?: string; message?: string } };
           if (body.error?.message) message += `: ${body.error.message}`;
@@ -260,10 +264,10 @@ export class RemotePool implements SpeechEngine {
           /* not JSON */
         }
         // A worker without the language is healthy; the next one may have it.
-        if (code === 'unsupported_language' && res.status < 500)
+        if (code === 'unsupported_language' && status < 500)
           throw new AttemptError(message, false, code, true);
         // 401/403 mean this worker's credentials are wrong (a configuration fault of that worker).
-        const workerFault = res.status >= 500 || [401, 403, 408, 429].includes(res.status);
+        const workerFault = status >= 500 || [401, 403, 408, 429].includes(status);
         throw new AttemptError(message, workerFault, code);
       }
       try {

@@ -13,7 +13,12 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const AUDIO_DIR = path.resolve(here, '../../../shared/test-audio');
+// ../shared beside the repository, from test/load or, compiled, from dist/test/load.
+const AUDIO_DIR =
+  [
+    path.resolve(here, '../../../shared/test-audio'),
+    path.resolve(here, '../../../../shared/test-audio'),
+  ].find((d) => fs.existsSync(d)) ?? path.resolve(here, '../../../shared/test-audio');
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];

@@ -5,6 +5,10 @@
  *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000]
  *   npx tsx test/bench/realtime/run.ts streams [--streams 200] [--seconds 30] [--delay 100] [--vad off]
  *
+ * or, as production runs the servers, compiled:
+ *   npm run build && node dist/test/bench/realtime/run.js streams ...
+ * (through tsx, the servers carry tsx's compiler and source maps in their heap).
+ *
  * idle:    N authenticated sessions held open without audio; the realtime
  *          process's RSS (from /proc) before and after.
  * streams: N clients stream real speech in 100 ms frames at real-time pace,
@@ -18,6 +22,7 @@
  *
  * BENCH_CPU_PROF=<dir>: the servers run with `--cpu-prof` (main thread and VAD
  * threads) and are stopped with SIGTERM so that the profiles are written.
+ * BENCH_NODE_ARGS="--trace-gc ...": more Node flags for the measured servers.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -32,7 +37,12 @@ import { runLoad } from '../../load/realtime-load.js';
 import type { ConfigOverrides } from '../../../shared/config/index.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const repoRoot = path.resolve(here, '../../..');
+// Run the servers the way this script runs: compiled JavaScript (as production
+// runs them: `npm run build && node dist/test/bench/realtime/run.js`), or
+// TypeScript through tsx, whose compiler and source maps then share the heap.
+const compiled = import.meta.url.endsWith('.js');
+const repoRoot = path.resolve(here, compiled ? '../../../..' : '../../..');
+const script = (file: string) => (compiled ? file.replace(/\.ts$/, '.js') : file);
 const mode = process.argv[2] ?? 'streams';
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -70,11 +80,11 @@ function start(
   profile = false,
   overrides: ConfigOverrides = {},
 ): Promise<{ child: ChildProcess; port: number }> {
-  const child = fork(file, [JSON.stringify(overrides)], {
+  const child = fork(script(file), [JSON.stringify(overrides)], {
     execArgv: [
-      '--import',
-      'tsx',
+      ...(compiled ? [] : ['--import', 'tsx']),
       ...(profile && PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`] : []),
+      ...(profile && process.env.BENCH_NODE_ARGS ? process.env.BENCH_NODE_ARGS.split(' ') : []),
     ],
     cwd: repoRoot,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
