@@ -27,10 +27,20 @@ export class MemoryLimits implements LimitsDriver {
     return Promise.resolve(true);
   }
 
+  /**
+   * Looks at this lease alone, as the Redis driver's RENEW does: sweeping the
+   * owner's other leases here made renewing all of an owner's n sessions
+   * cost n² (acquire and count still sweep).
+   */
   renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
-    const m = this.live(scope, owner);
-    if (!m.has(leaseId)) return Promise.resolve(false);
-    m.set(leaseId, Date.now() + ttlMs);
+    const m = this.leases.get(`${scope}:${owner}`);
+    const exp = m?.get(leaseId);
+    const now = Date.now();
+    if (!m || exp === undefined || exp <= now) {
+      m?.delete(leaseId);
+      return Promise.resolve(false);
+    }
+    m.set(leaseId, now + ttlMs);
     return Promise.resolve(true);
   }
 
