@@ -403,7 +403,6 @@ export async function stopProcess(child: ChildProcess, graceMs: number): Promise
   clearTimeout(timer);
 }
 
-/** Settings of `npm run cluster` from the environment (as compose: secrets are required). */
 /**
  * The service settings (README, "Configuration") set in `env`, as a compose
  * file's environment would pass them, except DATA_DIR, PORT and HOST, which
@@ -419,6 +418,7 @@ export function operatorSettings(env: NodeJS.ProcessEnv): Record<string, string>
   return out;
 }
 
+/** Settings of `npm run cluster` from the environment (as compose: secrets are required). */
 export function clusterOptionsFromEnv(env: NodeJS.ProcessEnv): ClusterOptions {
   const need = (name: string) => {
     const v = env[name];

@@ -30,11 +30,11 @@ export interface DecodeOptions {
   signal?: AbortSignal;
 }
 
-/** A 44-byte-header WAV around 16 kHz mono PCM16 samples. */
-export function pcmToWav(pcm: Buffer): Buffer {
+/** The 44-byte header of a WAV holding `pcmBytes` bytes of 16 kHz mono PCM16 samples. */
+export function wavHeader(pcmBytes: number): Buffer {
   const header = Buffer.alloc(44);
   header.write('RIFF', 0, 'latin1');
-  header.writeUInt32LE(36 + pcm.length, 4);
+  header.writeUInt32LE(36 + pcmBytes, 4);
   header.write('WAVE', 8, 'latin1');
   header.write('fmt ', 12, 'latin1');
   header.writeUInt32LE(16, 16);
@@ -45,8 +45,13 @@ export function pcmToWav(pcm: Buffer): Buffer {
   header.writeUInt16LE(2, 32);
   header.writeUInt16LE(16, 34);
   header.write('data', 36, 'latin1');
-  header.writeUInt32LE(pcm.length, 40);
-  return Buffer.concat([header, pcm]);
+  header.writeUInt32LE(pcmBytes, 40);
+  return header;
+}
+
+/** A 44-byte-header WAV around 16 kHz mono PCM16 samples. */
+export function pcmToWav(pcm: Buffer): Buffer {
+  return Buffer.concat([wavHeader(pcm.length), pcm]);
 }
 
 /**

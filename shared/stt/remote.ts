@@ -20,10 +20,10 @@
 import type { Logger } from 'pino';
 import { request, type Dispatcher } from 'undici';
 import type { RemoteWorkerConfig, SpeechConfig } from '../config/speech.js';
-import { pcmToWav, pcmDurationSeconds } from '../audio/index.js';
+import { wavHeader, pcmDurationSeconds } from '../audio/index.js';
 import { attempts, measured, workerHealthy } from './metrics.js';
 import { fromVerboseJson } from './formats.js';
-import { multipartBody } from '../http/multipart.js';
+import { multipartBody, type MultipartBody } from '../http/multipart.js';
 import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
 
 interface WorkerState extends RemoteWorkerConfig {
@@ -164,7 +164,7 @@ export class RemotePool implements SpeechEngine {
     const budgetMs =
       req.attemptTimeoutMs !== undefined ? req.attemptTimeoutMs * this.cfg.maxAttempts : this.cfg.budgetMs;
     const deadline = Date.now() + budgetMs;
-    const wav = pcmToWav(req.pcm);
+    const upload = this.uploadOf(req);
     const failures: string[] = [];
     let refusedLanguage: AttemptError | undefined;
     let refusals = 0;
@@ -175,7 +175,7 @@ export class RemotePool implements SpeechEngine {
       const worker = candidates[i];
       const started = performance.now();
       try {
-        const transcript = await this.attempt(worker, wav, req, Math.min(attemptTimeoutMs, remaining));
+        const transcript = await this.attempt(worker, upload, req, Math.min(attemptTimeoutMs, remaining));
         if (!transcript.duration) transcript.duration = pcmDurationSeconds(req.pcm);
         attempts.inc({ worker: worker.id, outcome: 'ok' });
         return {
@@ -221,7 +221,8 @@ export class RemotePool implements SpeechEngine {
     );
   }
 
-  private async attempt(worker: WorkerState, wav: Buffer, req: TranscribeRequest, timeoutMs: number) {
+  /** The request's upload (OpenAI's form, the audio as WAV), built once for all its attempts. */
+  private uploadOf(req: TranscribeRequest): MultipartBody {
     const fields: [string, string][] = [
       ['model', req.model ?? this.cfg.model],
       ['response_format', 'verbose_json'],
@@ -230,7 +231,11 @@ export class RemotePool implements SpeechEngine {
     ];
     if (req.language) fields.push(['language', req.language]);
     if (req.prompt) fields.push(['prompt', req.prompt]);
-    const form = multipartBody(fields, { name: 'file', filename: 'audio.wav', type: 'audio/wav', data: wav });
+    const data = [wavHeader(req.pcm.length), req.pcm];
+    return multipartBody(fields, { name: 'file', filename: 'audio.wav', type: 'audio/wav', data });
+  }
+
+  private async attempt(worker: WorkerState, form: MultipartBody, req: TranscribeRequest, timeoutMs: number) {
     const timeout = AbortSignal.timeout(timeoutMs);
     worker.inFlight++;
     try {

@@ -1,9 +1,9 @@
 /**
  * Polls present the workflow row and its steps (api/batch/poll.ts), kept on
- * the row until the next change: the body must follow every step and status write, also when steps are written
- * concurrently, keep the interface's field order, be written like every other
- * response (compact JSON), and each of many concurrent polls must get its own
- * tenant's answer.
+ * the row until the next change: the body must follow every step and status
+ * write, also when steps are written concurrently, keep the interface's
+ * field order, be written like every other response (compact JSON), and
+ * each of many concurrent polls must get its own tenant's answer.
  */
 import { expect } from 'chai';
 import request from 'supertest';

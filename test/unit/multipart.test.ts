@@ -1,9 +1,12 @@
 import { expect } from 'chai';
 import { multipartBody } from '../../shared/http/multipart.js';
+import { pcmToWav, wavHeader } from '../../shared/audio/index.js';
 
 /** Reads a body back with the platform's own multipart parser (WHATWG Response.formData). */
 async function parse(form: { body: Buffer; contentType: string }): Promise<FormData> {
-  return new Response(new Uint8Array(form.body), { headers: { 'content-type': form.contentType } }).formData();
+  return new Response(new Uint8Array(form.body), {
+    headers: { 'content-type': form.contentType },
+  }).formData();
 }
 
 describe('unit: multipart upload body (speech worker uploads)', () => {
@@ -27,6 +30,18 @@ describe('unit: multipart upload body (speech worker uploads)', () => {
     expect(file.name).to.equal('audio.wav');
     expect(file.type).to.equal('audio/wav');
     expect(Buffer.from(await file.arrayBuffer())).to.deep.equal(data);
+  });
+
+  it('writes a file given in parts as those parts in order (a WAV header and its samples)', async () => {
+    const pcm = Buffer.from(Array.from({ length: 640 }, (_, i) => i % 251));
+    const form = multipartBody([], {
+      name: 'file',
+      filename: 'audio.wav',
+      type: 'audio/wav',
+      data: [wavHeader(pcm.length), pcm],
+    });
+    const file = (await parse(form)).get('file') as File;
+    expect(Buffer.from(await file.arrayBuffer())).to.deep.equal(pcmToWav(pcm));
   });
 
   it('uses a new random boundary for every body', () => {
