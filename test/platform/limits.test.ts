@@ -88,6 +88,20 @@ for (const [name, make] of drivers) {
       }
       expect(await l.countLeases('c', owner)).to.equal(1);
     });
+
+    it('refuses to renew a lease that expired before anything swept it, and does not revive it', async () => {
+      const owner = randomUUID();
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'stale', max: 1, ttlMs: 100 })).to.equal(
+        true,
+      );
+      // Nothing counts or acquires in between: the renewal itself must see the expiry.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await l.renewLease('c', owner, 'stale', 5000)).to.equal(false);
+      expect(await l.countLeases('c', owner)).to.equal(0);
+      expect(await l.acquireLease({ scope: 'c', owner, leaseId: 'next', max: 1, ttlMs: 5000 })).to.equal(
+        true,
+      );
+    });
   });
 }
 
