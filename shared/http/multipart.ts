@@ -1,5 +1,11 @@
 import { randomBytes } from 'node:crypto';
 
+/** A request body and the Content-Type header that goes with it. */
+export interface MultipartBody {
+  body: Buffer;
+  contentType: string;
+}
+
 /**
  * A multipart/form-data body (RFC 7578) as one buffer: the fields, then the
  * file, given as its parts (a header and the samples are copied once, into
@@ -10,12 +16,6 @@ import { randomBytes } from 'node:crypto';
  * The boundary is random and checked against the field values (the prompt
  * is the caller's text); names are our own.
  */
-/** A request body and the Content-Type header that goes with it. */
-export interface MultipartBody {
-  body: Buffer;
-  contentType: string;
-}
-
 export function multipartBody(
   fields: [string, string][],
   file: { name: string; filename: string; type: string; data: Buffer | Buffer[] },
