@@ -2,7 +2,8 @@
  * API benchmark: autocannon against the real API (authenticated, Redis
  * rate-limited routes) and, in the same run, a bare Koa hello-world, each in
  * its own process on this machine. Rounds alternate between targets; medians
- * are reported with the ratio to bare Koa.
+ * are reported with the ratio to bare Koa. The last target is the poll floor
+ * (pollFloor.ts): the same poll with no request path around it.
  *
  *   npx tsx test/bench/api/run.ts [--duration 10] [--connections 50] [--rounds 3] [--warmup 2]
  *     [--server-cpu 0] [--client-cpu 1] [--cpu-prof DIR] [--perf] [--only TEXT]
@@ -55,7 +56,7 @@ function start(
   file: string,
   env: Record<string, string> = {},
   extraExecArgv: string[] = [],
-): Promise<{ child: ChildProcess; port: number; key?: string }> {
+): Promise<{ child: ChildProcess; port: number; floorPort?: number; key?: string }> {
   const child = fork(path.join(here, compiled ? file.replace(/\.ts$/, '.js') : file), [], {
     execArgv: [...(compiled ? [] : ['--import', 'tsx']), ...extraExecArgv],
     env: { ...process.env, ...env },
@@ -63,7 +64,7 @@ function start(
   });
   servers.add(child);
   return new Promise((resolve, reject) => {
-    child.once('message', (m: { port: number; key?: string }) => {
+    child.once('message', (m: { port: number; floorPort?: number; key?: string }) => {
       pin(child.pid!, serverCpu);
       resolve({ child, ...m });
     });
@@ -138,6 +139,15 @@ if (job.workflow_id) {
     name: 'GET job poll (auth + Redis poll limit + Postgres read)',
     opts: {
       url: `http://127.0.0.1:${api.port}/v1/audio/transcriptions/jobs/${job.workflow_id}`,
+      headers: auth,
+    },
+    server: api.child,
+  });
+  // The same poll with nothing around it (pollFloor.ts): the most any route through the public request path can reach here.
+  targets.push({
+    name: 'poll floor (Koa + auth + Redis poll limit + Postgres read only)',
+    opts: {
+      url: `http://127.0.0.1:${api.floorPort}/v1/audio/transcriptions/jobs/${job.workflow_id}`,
       headers: auth,
     },
     server: api.child,
