@@ -7,6 +7,7 @@ import Router from '@koa/router';
 import type { AppDeps } from './deps.js';
 import { ApiError, errorHandler } from './http/errors.js';
 import { requestContext } from './http/requestContext.js';
+import { slowClients } from './http/slowClients.js';
 import { registerRoutes } from './http/routes.js';
 import { apiRoutes } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
@@ -23,19 +24,23 @@ export function createApp(deps: AppDeps): Koa {
       metrics: deps.config.metrics.enabled,
     }),
   );
+  app.use(
+    slowClients({
+      minBytesPerSecond: deps.config.http.minBodyBytesPerSecond,
+      windowSeconds: deps.config.http.bodyRateWindowSeconds,
+    }),
+  );
   app.use(errorHandler({ retryAfterSeconds: deps.config.failure.retryAfterSeconds }));
   app.use(router.routes());
-  app.use(router.allowedMethods({ throw: false }));
+  // A route is a method and a path (interface section 4): any other pair, a known path with another
+  // method included, is an unknown route, 404 `not_found` (interface 7.2 names no 405).
   app.use(async (ctx, next) => {
-    if ((ctx.status !== 404 && ctx.status !== 405) || ctx.body !== undefined) {
+    if (ctx.status !== 404 || ctx.body !== undefined) {
       await next();
       return;
     }
     const isAdmin = ctx.path === ADMIN_PREFIX || ctx.path.startsWith(`${ADMIN_PREFIX}/`);
     if (isAdmin) ctx.state.plane = 'admin';
-    if (ctx.status === 405) {
-      throw new ApiError(405, 'method_not_allowed', `Method ${ctx.method} is not allowed on ${ctx.path}.`);
-    }
     throw new ApiError(
       404,
       'not_found',

@@ -10,16 +10,11 @@
  * the crash test and every test app build their dependencies with
  * `createDeps`.
  */
-import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
-import { createDb, pingDb } from '../shared/db/index.js';
-import type { PlanCatalog } from '../shared/plans.js';
-import { type Authenticator, type KeyStore, createAuthentication } from '../shared/auth/index.js';
-import { createLimits, type LimitsDriver } from '../shared/limits/index.js';
-import type { ArtifactStore } from '../shared/storage/index.js';
-import { createSpeechEngine } from '../shared/stt/index.js';
-import { UsageLedger } from '../shared/usage.js';
+import { pingDb } from '../shared/db/index.js';
+import { createPlatform, type Platform } from '../shared/platform.js';
+import type { ArtifactStore } from './batch/storage/index.js';
 import { BatchRuntime } from './batch/runtime.js';
 import type { RunnerHooks } from './batch/workflow.js';
 import { type ReadinessCheck, realtimeReadiness } from './http/readiness.js';
@@ -48,18 +43,10 @@ export class Intake {
   }
 }
 
-export interface AppDeps {
-  readonly config: Config;
-  readonly logger: Logger;
-  readonly db: Knex;
-  readonly plans: PlanCatalog;
-  readonly keys: KeyStore;
-  readonly auth: Authenticator;
-  readonly limits: LimitsDriver;
-  /** Billing of every plane (segment, batch) in this process. */
-  readonly ledger: UsageLedger;
-  /** The speech engine of this process (segment route, batch workers, job language check). */
-  readonly speech: ReturnType<typeof createSpeechEngine>;
+/** The platform (shared/platform.ts) and what the API adds on top of it. */
+export interface AppDeps extends Omit<Platform, 'close'> {
+  /** The shared resources this API was built on (closed last, by closeDeps). */
+  readonly platform: Platform;
   /** The batch plane: queues, workers, sweeper; started and stopped by the server. */
   readonly batch: BatchRuntime;
   /** Set when this API serves the realtime stream on its own base URL (embedded start). */
@@ -80,13 +67,8 @@ export interface DepsOptions {
 }
 
 export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {}): AppDeps {
-  if (!config.databaseUrl) throw new Error('DATABASE_URL is required (the embedded start provides one)');
-  const db = createDb(config.databaseUrl, { poolMax: config.dbPoolMax, logger });
-  const { plans, keys, auth } = createAuthentication(config, db, logger);
-  const limits = createLimits(config.redisUrl);
-  const ledger = new UsageLedger(db, config.ledger, logger).start();
-  // Created now: decoders load at start-up rather than on the first request.
-  const speech = createSpeechEngine(config, logger);
+  const platform = createPlatform(config, logger);
+  const { db, ledger, speech, limits } = platform;
   const batch = new BatchRuntime({
     config,
     logger,
@@ -110,12 +92,13 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
     config,
     logger,
     db,
-    plans,
-    keys,
-    auth,
+    plans: platform.plans,
+    keys: platform.keys,
+    auth: platform.auth,
     limits,
     ledger,
     speech,
+    platform,
     batch,
     realtimeUpstream: realtimeUpstream(config),
     intake,
@@ -140,12 +123,8 @@ function realtimeUpstream(config: Config): RealtimeUpstream | undefined {
   };
 }
 
-/** Closes what createDeps opened, the batch plane first (its workers use the pools), the database last. */
+/** Closes what createDeps opened: the batch plane first (its workers use the pools), then the platform. */
 export async function closeDeps(deps: AppDeps): Promise<void> {
   await deps.batch.stop().catch((err) => deps.logger.warn({ err }, 'error while closing'));
-  await deps.ledger.close().catch(() => {});
-  await deps.auth.close().catch(() => {});
-  await deps.limits.close().catch(() => {});
-  await deps.speech.close().catch(() => {});
-  await deps.db.destroy().catch(() => {});
+  await deps.platform.close();
 }

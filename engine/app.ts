@@ -19,7 +19,13 @@ import type { SpeechConfig } from '../shared/config/speech.js';
 import { isResponseFormat, renderTranscript } from '../shared/stt/formats.js';
 import { safeEqual } from '../shared/auth/keys.js';
 import type { BuiltinEngine } from '../shared/stt/builtin.js';
-import { invalidResponseFormat, transcribeUpload } from '../shared/transcribe/upload.js';
+import { clientGone, receiveClip } from '../shared/http/upload.js';
+import {
+  decodeClip,
+  invalidResponseFormat,
+  supportedLanguage,
+  transcribeClip,
+} from '../shared/transcribe/clip.js';
 import { HttpRefusal } from '../shared/http/refusal.js';
 import { metricsRoute, SCRAPE_REFUSED, type MetricsPolicy } from '../shared/metrics/index.js';
 
@@ -121,20 +127,29 @@ export function createEngineApp({
 
   const maxSeconds = speech.engineServer.maxAudioSeconds;
   router.post('/v1/audio/transcriptions', requireKey, async (ctx) => {
-    const { fields, result } = await transcribeUpload(ctx, {
-      engine,
-      maxUploadBytes: speech.segment.maxUploadBytes,
-      audio: speech.audio,
-      maxSeconds,
+    const policy = {
       tooLong: `The clip is longer than this worker's ${maxSeconds} s (ENGINE_MAX_AUDIO_SECONDS).`,
-      failure: 'worker',
+      failure: 'worker' as const,
+    };
+    const upload = await receiveClip(ctx, speech.segment.maxUploadBytes);
+    const format = upload.fields.response_format ?? 'json';
+    if (!isResponseFormat(format)) throw invalidResponseFormat();
+    const language = supportedLanguage(engine.languages(), upload.fields.language);
+    const signal = clientGone(ctx);
+    const audio = await decodeClip(upload.file, { ...policy, audio: speech.audio, maxSeconds, signal });
+    let result;
+    try {
       // `model` is not passed on (this worker serves one), nor is a worker id.
-      fields: (raw) => {
-        const format = raw.response_format ?? 'json';
-        if (!isResponseFormat(format)) throw invalidResponseFormat();
-        return { format, language: raw.language, prompt: raw.prompt };
-      },
-    });
+      result = await transcribeClip(
+        engine,
+        audio,
+        { language, prompt: upload.fields.prompt, signal },
+        policy,
+      );
+    } finally {
+      await audio.dispose();
+    }
+    const fields = { format };
     const rendered = renderTranscript(result, fields.format);
     ctx.set('X-Worker-Id', result.workerId);
     ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));

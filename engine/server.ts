@@ -5,18 +5,17 @@
  *   ENGINE_PORT=9001 STT_THREADS=2 tsx engine/server.ts
  *
  * Prints one JSON line `{"msg":"engine listening","port":...}` when ready.
+ * A declaration on the process shell (shared/process/runner.ts).
  */
 import http from 'node:http';
-import { loadConfig } from '../shared/config/index.js';
-import { createLogger } from '../shared/logger.js';
+import type { Config } from '../shared/config/index.js';
+import type { Logger } from '../shared/logger.js';
+import { runProcess, type Stoppable } from '../shared/process/runner.js';
 import { BuiltinEngine } from '../shared/stt/builtin.js';
 import { createEngineApp, ENGINE_SERVICE } from './app.js';
-import { installFailurePolicy } from '../shared/process/index.js';
 
-async function main(): Promise<void> {
-  const config = loadConfig();
-  const logger = createLogger({ level: config.logLevel, name: ENGINE_SERVICE });
-  installFailurePolicy(logger);
+/** Loads the decoders and listens; its stop lets requests in flight get their answer, then unloads them. */
+export async function startEngine(config: Config, logger: Logger): Promise<Stoppable & { port: number }> {
   const engine = new BuiltinEngine(config.speech.builtin, logger);
   let stopping = false;
   const app = createEngineApp({
@@ -36,24 +35,20 @@ async function main(): Promise<void> {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.speech.engineServer.port;
   logger.info({ port, threads: config.speech.builtin.threads }, 'engine listening');
-
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, 'engine stopping');
-    const force = setTimeout(() => process.exit(1), config.http.shutdownGraceMs);
-    force.unref();
-    // Stop accepting, let requests in flight get their answer, then unload the decoders.
-    server.close(() => {
-      void engine.close().then(() => process.exit(0));
-    });
-    server.closeIdleConnections();
+  return {
+    port,
+    async stop() {
+      stopping = true;
+      // Stop accepting, let requests in flight get their answer, then unload the decoders.
+      const closed = new Promise<void>((r) => server.close(() => r()));
+      server.closeIdleConnections();
+      await closed;
+      await engine.close();
+    },
   };
-  process.on('SIGTERM', () => stop('SIGTERM'));
-  process.on('SIGINT', () => stop('SIGINT'));
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
+await runProcess({
+  name: ENGINE_SERVICE,
+  start: ({ config, logger }) => startEngine(config, logger),
+}).catch(() => undefined);

@@ -16,12 +16,14 @@ import type { Logger } from 'pino';
 import type { HttpRequest, HttpResponse, us_socket_context_t } from 'uWebSockets.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import { Authenticator, authFailure, type AuthResult, type Principal } from '../shared/auth/index.js';
-import { windowUsage, type UsageLedger } from '../shared/usage.js';
+import type { UsageLedger } from '../shared/usage.js';
+import { UsageBudget } from '../shared/usage/budget.js';
 import * as metrics from './metrics.js';
 import type { CircuitBreaker } from './breaker.js';
 import type { ConnectionQuota } from './quota.js';
 import { newRequestId, newSessionId, type RealtimeSession } from './session.js';
 import { errorBody, writeJson } from './reply.js';
+import type { OpenAIConnect } from './openai.js';
 
 /** What an admitted upgrade hands to its WebSocket (uWS user data). */
 export interface SocketData {
@@ -29,6 +31,8 @@ export interface SocketData {
   sessionId: string;
   requestId: string;
   remainingWindowSeconds: number;
+  /** Set on `/v1/realtime`: the session speaks OpenAI's protocol (realtime/openai.ts). */
+  openai?: OpenAIConnect;
   session?: RealtimeSession;
   closed: boolean;
 }
@@ -58,6 +62,41 @@ export function realtimeCredential(authorization: string, query: string): Creden
   return { token: q };
 }
 
+/** The browser form of OpenAI's clients: the key rides in a subprotocol next to `realtime`. */
+const KEY_SUBPROTOCOL = 'openai-insecure-api-key.';
+
+/**
+ * Credentials on `/v1/realtime`: as on the stream (header, `rt_` in the query), or an `rt_` token in
+ * the `openai-insecure-api-key.` subprotocol that browsers send (a subprotocol is as exposed as a URL:
+ * an `sk-` key there is refused).
+ */
+export function openaiCredential(authorization: string, query: string, protocols: string): Credential {
+  const offered = protocols.split(',').map((p) => p.trim());
+  const sub = offered.find((p) => p.startsWith(KEY_SUBPROTOCOL))?.slice(KEY_SUBPROTOCOL.length);
+  if (sub !== undefined && !sub.startsWith('rt_')) {
+    return {
+      failure: {
+        ...authFailure('invalid_api_key'),
+        message:
+          'Only rt_ client secrets may be sent in a subprotocol; send sk- keys in the Authorization header.',
+      },
+    };
+  }
+  return realtimeCredential(authorization || (sub ? `Bearer ${sub}` : ''), query);
+}
+
+/** The subprotocol answered on `/v1/realtime`: `realtime` when offered (never the one carrying the key). */
+export function openaiSubprotocol(protocols: string): string {
+  return protocols
+    .split(',')
+    .map((p) => p.trim())
+    .includes('realtime')
+    ? 'realtime'
+    : '';
+}
+
+export type Dialect = 'native' | 'openai';
+
 export interface AdmissionDeps {
   rt: RealtimeConfig;
   usageWindowSeconds: number;
@@ -74,8 +113,8 @@ export interface AdmissionDeps {
 
 export type UpgradeHandler = (res: HttpResponse, req: HttpRequest, context: us_socket_context_t) => void;
 
-/** The `upgrade` handler of the stream path. */
-export function admission(deps: AdmissionDeps): UpgradeHandler {
+/** The `upgrade` handlers of the stream path (`native`) and of `/v1/realtime` (`openai`); one count of upgrades in progress. */
+export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHandler {
   const { rt, breaker, quota, sessions, log } = deps;
 
   // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
@@ -90,86 +129,124 @@ export function admission(deps: AdmissionDeps): UpgradeHandler {
     return queued >= maxQueuedUtterances;
   };
 
-  return (res, req, context) => {
-    const secKey = req.getHeader('sec-websocket-key');
-    const secProtocol = req.getHeader('sec-websocket-protocol');
-    const secExtensions = req.getHeader('sec-websocket-extensions');
-    const authorization = req.getHeader('authorization');
-    const query = req.getQuery() ?? '';
-    let aborted = false;
-    res.onAborted(() => {
-      aborted = true;
-    });
-    const refuse = (status: number, code: string, message: string, headers: Record<string, string> = {}) => {
-      metrics.upgrades.inc({ outcome: code });
-      if (aborted) return;
-      res.cork(() => writeJson(res, status, errorBody(code, message), headers));
-    };
+  return (dialect = 'native') =>
+    (res, req, context) => {
+      const secKey = req.getHeader('sec-websocket-key');
+      const offeredProtocols = req.getHeader('sec-websocket-protocol');
+      const openai = dialect === 'openai';
+      const secProtocol = openai ? openaiSubprotocol(offeredProtocols) : offeredProtocols;
+      const openaiConnect: OpenAIConnect | undefined = openai
+        ? {
+            beta: /realtime=v1/.test(req.getHeader('openai-beta')),
+            model: new URLSearchParams(req.getQuery() ?? '').get('model') ?? undefined,
+          }
+        : undefined;
+      const secExtensions = req.getHeader('sec-websocket-extensions');
+      const authorization = req.getHeader('authorization');
+      const query = req.getQuery() ?? '';
+      let aborted = false;
+      res.onAborted(() => {
+        aborted = true;
+      });
+      const refuse = (
+        status: number,
+        code: string,
+        message: string,
+        headers: Record<string, string> = {},
+      ) => {
+        metrics.upgrades.inc({ outcome: code });
+        if (aborted) return;
+        res.cork(() => writeJson(res, status, errorBody(code, message), headers));
+      };
 
-    if (!deps.serving() || !rt.enabled)
-      return refuse(503, 'gateway_disabled', 'The realtime gateway is disabled.');
-    if (breaker.isOpen) {
-      const retry = Math.max(1, Math.ceil(breaker.retryAfterMs() / 1000));
-      return refuse(503, 'upstream_unavailable', 'The speech upstream is unavailable; retry later.', {
-        'retry-after': String(retry),
-      });
-    }
-    if (atCapacity()) {
-      return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
-        'retry-after': String(rt.overload.retryAfterSeconds),
-      });
-    }
-    if (!deps.ledger.accepting) {
-      // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
-      return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
-        'retry-after': '30',
-      });
-    }
-    const cred = realtimeCredential(authorization, query);
-    if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
-
-    admitting++;
-    void (async () => {
-      let auth: AuthResult;
-      try {
-        auth = await deps.auth.authenticate(cred.token!);
-      } catch {
-        auth = authFailure('auth_unavailable');
-      }
-      if (!auth.ok) return refuse(auth.status, auth.code, auth.message);
-      if (aborted) return;
-      const principal = auth.principal;
-      const sessionId = newSessionId();
-      const admitted = await quota.admit(principal.keyId, principal.limits, sessionId);
-      if (!admitted.ok) {
-        return refuse(admitted.status, admitted.code, admitted.message, {
-          'retry-after': String(admitted.retryAfterSeconds),
+      if (!deps.serving() || !rt.enabled)
+        return refuse(503, 'gateway_disabled', 'The realtime gateway is disabled.');
+      if (breaker.isOpen) {
+        const retry = Math.max(1, Math.ceil(breaker.retryAfterMs() / 1000));
+        return refuse(503, 'upstream_unavailable', 'The speech upstream is unavailable; retry later.', {
+          'retry-after': String(retry),
         });
       }
-      let used = 0;
-      try {
-        used = await windowUsage(deps.db, principal.keyId, deps.usageWindowSeconds);
-      } catch (err) {
-        log.warn({ err }, 'could not read window usage; admitting with the full window budget');
+      if (atCapacity()) {
+        return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+          'retry-after': String(rt.overload.retryAfterSeconds),
+        });
       }
-      if (aborted || !deps.serving()) {
-        await quota.release(sessionId);
-        return;
+      if (!deps.ledger.accepting) {
+        // Postgres has been unreachable so long that the usage spool is full: no unbilled sessions.
+        return refuse(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+          'retry-after': '30',
+        });
       }
-      const data: SocketData = {
-        principal,
-        sessionId,
-        requestId: newRequestId(),
-        remainingWindowSeconds: principal.limits.maxAudioSecondsPerWindow - used,
-        closed: false,
-      };
-      metrics.upgrades.inc({ outcome: 'accepted' });
-      res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
-    })()
-      .catch((err) => {
-        log.error({ err }, 'realtime upgrade failed');
-        refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
-      })
-      .finally(() => admitting--);
-  };
+      const cred = openai
+        ? openaiCredential(authorization, query, offeredProtocols)
+        : realtimeCredential(authorization, query);
+      if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
+
+      admitting++;
+      void (async () => {
+        let auth: AuthResult;
+        try {
+          auth = await deps.auth.authenticate(cred.token!);
+        } catch {
+          auth = authFailure('auth_unavailable');
+        }
+        // A dependency refusal (the key store unreachable) says when to retry, as the API's does.
+        if (!auth.ok)
+          return refuse(
+            auth.status,
+            auth.code,
+            auth.message,
+            auth.status === 503 ? { 'retry-after': '2' } : undefined,
+          );
+        if (aborted) return;
+        const principal = auth.principal;
+        const sessionId = newSessionId();
+        const admitted = await quota.admit(principal.keyId, principal.limits, sessionId);
+        if (!admitted.ok) {
+          return refuse(admitted.status, admitted.code, admitted.message, {
+            'retry-after': String(admitted.retryAfterSeconds),
+          });
+        }
+        // The session reserves what it may use of the window (its rest, at most the plan's audio per
+        // session), so concurrent sessions cannot overspend it; the reservation ends once it is billed.
+        const limits = principal.limits;
+        let budget = Math.min(limits.maxAudioSecondsPerSession, limits.maxAudioSecondsPerWindow);
+        try {
+          const decision = await new UsageBudget(deps.db, deps.usageWindowSeconds).reserveUpTo(
+            {
+              plane: 'realtime',
+              refId: sessionId,
+              keyId: principal.keyId,
+              seconds: budget,
+              ttlSeconds: limits.maxSessionSeconds + 60,
+            },
+            limits.maxAudioSecondsPerWindow,
+          );
+          // Nothing left: admitted, and ended at once with 1008 audio_quota_exhausted (interface 7.3).
+          budget = decision.ok ? decision.seconds : limits.maxAudioSecondsPerWindow - decision.used;
+        } catch (err) {
+          log.warn({ err }, 'could not reserve window usage; admitting with the per-session audio limit');
+        }
+        if (aborted || !deps.serving()) {
+          await quota.release(sessionId);
+          return;
+        }
+        const data: SocketData = {
+          principal,
+          sessionId,
+          requestId: newRequestId(),
+          remainingWindowSeconds: budget,
+          closed: false,
+          ...(openaiConnect && { openai: openaiConnect }),
+        };
+        metrics.upgrades.inc({ outcome: 'accepted' });
+        res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
+      })()
+        .catch((err) => {
+          log.error({ err }, 'realtime upgrade failed');
+          refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
+        })
+        .finally(() => admitting--);
+    };
 }

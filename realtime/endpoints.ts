@@ -1,14 +1,15 @@
 /**
  * The realtime process's plain HTTP endpoints: 426 on the stream path
- * without an upgrade, `/health`, `/readyz`, `/stats` (JSON, no tenant data),
+ * without an upgrade, `/health`, `/readyz`, `/readyz/instance` (the load
+ * balancer's check), `/stats` (JSON, no tenant data),
  * `/metrics` (Prometheus, when enabled) and 404 for everything else.
  */
 import type { Logger } from 'pino';
-import type { TemplatedApp } from 'uWebSockets.js';
+import type { HttpResponse, TemplatedApp } from 'uWebSockets.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
-import type { VadService } from '../shared/vad/service.js';
+import type { VadService } from './vad/service.js';
 import {
   enableProcessMetrics,
   renderMetrics,
@@ -16,7 +17,7 @@ import {
   SCRAPE_REFUSED,
   type MetricsPolicy,
 } from '../shared/metrics/index.js';
-import { STREAM_PATH } from '../shared/paths.js';
+import { OPENAI_REALTIME_PATH, STREAM_PATH } from '../shared/paths.js';
 import type { CircuitBreaker } from './breaker.js';
 import type { ConnectionQuota } from './quota.js';
 import type { RealtimeSession } from './session.js';
@@ -42,42 +43,59 @@ export interface EndpointDeps {
 export function registerEndpoints(app: TemplatedApp, deps: EndpointDeps): void {
   const { rt, breaker, quota, vad, timings, sessions, log } = deps;
 
-  app.any(STREAM_PATH, (res) => {
-    writeJson(res, 426, errorBody('websocket_required', 'This endpoint needs a WebSocket upgrade.'), {
-      upgrade: 'websocket',
+  for (const path of [STREAM_PATH, OPENAI_REALTIME_PATH]) {
+    app.any(path, (res) => {
+      writeJson(res, 426, errorBody('websocket_required', 'This endpoint needs a WebSocket upgrade.'), {
+        upgrade: 'websocket',
+      });
     });
-  });
+  }
 
   app.get('/health', (res) => writeJson(res, 200, { ok: true, service: 'realtime' }));
 
-  let readyCache: { at: number; body: Record<string, unknown>; ok: boolean } | undefined;
-  app.get('/readyz', (res) => {
+  // `/readyz`: can this instance take realtime traffic now (the API's aggregate readiness asks it).
+  // `/readyz/instance`: the load balancer's check, what is this instance's own: not the shared limits
+  // store, whose blip would take every instance out at once; the instance answers upgrades itself
+  // meanwhile (503 limits_unavailable with Retry-After) instead of the load balancer's page.
+  // The two probes are kept for a second; the breaker and the serving flag are read on every call, so
+  // readiness turns 503 the moment upgrades are refused (interface 4.2: 503 when realtime traffic
+  // cannot be accepted), not a second later.
+  let probeCache: { at: number; upstream: boolean; limits: boolean } | undefined;
+  const readiness = async () => {
+    if (!probeCache || Date.now() - probeCache.at > 1000) {
+      const [upstream, limitsOk] = await Promise.all([
+        deps.engine.healthy().catch(() => false),
+        deps.limits.ping().catch(() => false),
+      ]);
+      probeCache = { at: Date.now(), upstream, limits: limitsOk };
+    }
+    const checks = {
+      enabled: rt.enabled && deps.serving(),
+      upstream: probeCache.upstream,
+      breaker: breaker.state,
+      limits: probeCache.limits,
+    };
+    return { checks, limits: probeCache.limits };
+  };
+  const ready = (withLimits: boolean) => (res: HttpResponse) => {
     let aborted = false;
     res.onAborted(() => {
       aborted = true;
     });
     void (async () => {
-      if (!readyCache || Date.now() - readyCache.at > 1000) {
-        const [upstream, limitsOk] = await Promise.all([
-          deps.engine.healthy().catch(() => false),
-          deps.limits.ping().catch(() => false),
-        ]);
-        const checks = {
-          enabled: rt.enabled && deps.serving(),
-          upstream,
-          breaker: breaker.state,
-          limits: limitsOk,
-        };
-        const ok = checks.enabled && upstream && breaker.state !== 'open' && limitsOk;
-        readyCache = {
-          at: Date.now(),
-          ok,
-          body: { ok, service: 'realtime', checks, sessions: sessions.size },
-        };
+      const { checks, limits } = await readiness();
+      const ok = Boolean(
+        checks.enabled && checks.upstream && checks.breaker !== 'open' && (limits || !withLimits),
+      );
+      if (!aborted) {
+        res.cork(() =>
+          writeJson(res, ok ? 200 : 503, { ok, service: 'realtime', checks, sessions: sessions.size }),
+        );
       }
-      if (!aborted) res.cork(() => writeJson(res, readyCache!.ok ? 200 : 503, readyCache!.body));
     })();
-  });
+  };
+  app.get('/readyz', ready(true));
+  app.get('/readyz/instance', ready(false));
 
   // Operational figures (no tenant data): sessions, VAD pool, timings since the last reset.
   app.get('/stats', (res, req) => {

@@ -10,6 +10,7 @@ import * as metrics from './metrics.js';
 import type { SocketData } from './admission.js';
 import type { UsageMeter } from './metering.js';
 import type { ConnectionQuota } from './quota.js';
+import { OpenAIProtocol } from './openai.js';
 import { RealtimeSession, type CloseKind, type SessionDeps, type Transport } from './session.js';
 
 export interface LifecycleDeps {
@@ -95,6 +96,7 @@ export class SessionLifecycle {
         sessionId: data.sessionId,
         requestId: data.requestId,
       },
+      data.openai ? new OpenAIProtocol(data.openai) : undefined,
     );
     data.session = session;
     this.sessions.add(session);

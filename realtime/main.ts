@@ -1,74 +1,45 @@
 /**
  * Realtime process entry: `tsx realtime/main.ts`. Same configuration as the
  * API (DATABASE_URL, REDIS_URL, STT_WORKER_URLS, ...) plus REALTIME_* settings.
+ * A declaration on the process shell (shared/process/runner.ts) and the
+ * platform kernel (shared/platform.ts).
  */
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { loadConfig, type Config } from '../shared/config/index.js';
-import { createLogger, type Logger } from '../shared/logger.js';
-import { createDb, migrateLatest } from '../shared/db/index.js';
-import { createAuthentication } from '../shared/auth/index.js';
-import { createLimits } from '../shared/limits/index.js';
-import { createSpeechEngine } from '../shared/stt/index.js';
-import { UsageLedger } from '../shared/usage.js';
+import type { Config } from '../shared/config/index.js';
+import type { Logger } from '../shared/logger.js';
+import { createPlatform, migrateIfConfigured } from '../shared/platform.js';
+import { runProcess } from '../shared/process/runner.js';
 import { startRealtime, type RealtimeDeps, type RunningRealtime } from './server.js';
 import { NativeUwsUnavailable } from './uws.js';
-import { installFailurePolicy } from '../shared/process/index.js';
 
-/** Database, auth, limits and speech engine of a realtime process, from the config. */
+/** Database, auth, limits, ledger and speech engine of a realtime process: the platform, as it is. */
 export async function createRealtimeDeps(
   config: Config,
   logger: Logger,
 ): Promise<RealtimeDeps & { close(): Promise<void> }> {
   if (!config.databaseUrl) throw new Error('DATABASE_URL is required for the realtime process');
-  const db = createDb(config.databaseUrl, { poolMax: config.dbPoolMax, logger });
-  if (config.migrateOnStart) await migrateLatest(db);
-  const { auth } = createAuthentication(config, db, logger);
-  const limits = createLimits(config.redisUrl);
-  const ledger = new UsageLedger(db, config.ledger, logger).start();
-  const engine = createSpeechEngine(config, logger);
-  return {
-    config,
-    logger,
-    db,
-    auth,
-    limits,
-    engine,
-    ledger,
-    async close() {
-      await ledger.close().catch(() => {});
-      await auth.close().catch(() => {});
-      await limits.close().catch(() => {});
-      await engine.close().catch(() => {});
-      await db.destroy().catch(() => {});
-    },
-  };
+  const platform = createPlatform(config, logger);
+  await migrateIfConfigured(platform);
+  return { ...platform, engine: platform.speech, close: () => platform.close() };
 }
 
-export async function runRealtimeProcess(config: Config = loadConfig()): Promise<RunningRealtime> {
-  const logger = createLogger({ level: config.logLevel, name: 'realtime' });
-  const started: { stop?: () => Promise<void> } = {};
-  installFailurePolicy(logger, { onFatal: () => started.stop?.() });
+/** Starts the realtime tier on the platform; its stop drains the sessions, then closes the platform. */
+export async function startRealtimeRole(config: Config, logger: Logger): Promise<RunningRealtime> {
   const deps = await createRealtimeDeps(config, logger);
-  const running = await startRealtime(deps);
-  started.stop = () => running.stop();
-
-  let stopping = false;
-  const stop = () => {
-    if (stopping) return;
-    stopping = true;
-    void (async () => {
+  const running = await startRealtime(deps).catch(async (err: unknown) => {
+    await deps.close();
+    throw err;
+  });
+  // Tell a parent (tests, the embedded start) where we listen.
+  process.send?.({ type: 'realtime.listening', port: running.port });
+  return {
+    ...running,
+    async stop() {
       await running.stop();
       await deps.close();
-      process.exit(0);
-    })();
+    },
   };
-  for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, stop);
-  // Forked by a parent (the embedded start): when the parent goes away, so do we.
-  if (process.send) process.on('disconnect', stop);
-  // Tell a parent (tests, supervisors) where we listen.
-  process.send?.({ type: 'realtime.listening', port: running.port });
-  return running;
 }
 
 const isEntry = (() => {
@@ -81,9 +52,14 @@ const isEntry = (() => {
   }
 })();
 
-if (isEntry) {
-  runRealtimeProcess().catch((err) => {
-    console.error(err instanceof NativeUwsUnavailable ? `realtime: ${err.message}` : err);
-    process.exit(1);
+/** The realtime process: the role on the process shell (signals, failure policy, ordered stop). */
+export function runRealtimeProcess(config?: Config): Promise<RunningRealtime> {
+  return runProcess({
+    name: 'realtime',
+    config,
+    start: ({ config: c, logger }) => startRealtimeRole(c, logger),
+    describeStartError: (err) => (err instanceof NativeUwsUnavailable ? `realtime: ${err.message}` : err),
   });
 }
+
+if (isEntry) await runRealtimeProcess().catch(() => undefined);

@@ -8,6 +8,7 @@
  * the ledger's spool.
  */
 import type { UsageLedger } from '../shared/usage.js';
+import type { UsageBudget } from '../shared/usage/budget.js';
 
 export interface MeteredSession {
   readonly sessionId: string;
@@ -23,6 +24,8 @@ export class UsageMeter {
     private readonly ledger: UsageLedger,
     private readonly live: () => Iterable<MeteredSession>,
     checkpointMs: number,
+    /** Releases each session's budget reservation once it is billed (absent: nothing reserved). */
+    private readonly budget?: Pick<UsageBudget, 'release'>,
   ) {
     this.timer = setInterval(() => void this.checkpoint(), checkpointMs);
     this.timer.unref();
@@ -51,7 +54,10 @@ export class UsageMeter {
 
   /** The session ended: its exact audio seconds, once. */
   record(keyId: string, sessionId: string, audioSeconds: number): void {
-    void this.ledger.record({ keyId, plane: 'realtime', refId: sessionId, audioSeconds });
+    void this.ledger
+      .record({ keyId, plane: 'realtime', refId: sessionId, audioSeconds })
+      // Billed: the session's budget reservation (realtime/admission.ts) has done its work.
+      .then(() => this.budget?.release('realtime', sessionId));
   }
 
   /** Stops checkpointing; resolves when every record is in Postgres or in the spool. */

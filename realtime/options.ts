@@ -7,7 +7,7 @@
 import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
 import { compile } from '../shared/validation.js';
-import type { SegmenterSettings } from '../shared/vad/segmenter.js';
+import type { SegmenterSettings } from './vad/segmenter.js';
 
 export const MAX_PROMPT_CHARS = 2000;
 

@@ -5,6 +5,18 @@
  * TTL (maxConcurrentConnections). One timer renews all leases of this
  * instance; an instance that dies stops renewing and its slots free within
  * one TTL.
+ *
+ * A lease store that blips (Redis frozen, stopped, restarted) cannot be
+ * trusted until every holder has renewed since: leases it let expire meanwhile
+ * (or lost in a restart) would otherwise be handed to newcomers while their
+ * sessions are still open. So admission is refused (503 `limits_unavailable`,
+ * Retry-After) until the store has been steady for one renewal interval plus
+ * one command timeout, by which time every instance's renewal has re-taken its
+ * sessions' slots. Open sessions carry on through the blip. Every instance
+ * renews all its leases the moment the store answers again, so the settle
+ * period is short (LEASE_SETTLE_MS). Should a renewal still find its slot
+ * taken (an instance stalled past that period), the session is ended
+ * (`onLost`) rather than run over the limit.
  */
 import type { Logger } from 'pino';
 import type { LimitsDriver } from '../shared/limits/index.js';
@@ -20,9 +32,21 @@ interface Held {
   max: number;
 }
 
+/**
+ * How long past a store blip the lease store is not trusted: every instance
+ * renews the moment the store answers again (its heartbeat sees that within
+ * REDIS_HEARTBEAT_MS), so this covers a heartbeat, a renewal round trip and
+ * a margin.
+ */
+export const LEASE_SETTLE_MS = 1500;
+
 export class ConnectionQuota {
   private readonly held = new Map<string, Held>();
   private readonly timer: NodeJS.Timeout;
+  private readonly unsubscribe: () => void;
+
+  /** Called when a held slot turned out to be taken by another holder: the session must end. */
+  onLost: (leaseId: string) => void = () => {};
 
   constructor(
     private readonly limits: LimitsDriver,
@@ -31,6 +55,8 @@ export class ConnectionQuota {
   ) {
     this.timer = setInterval(() => void this.renewAll(), opts.leaseRenewMs);
     this.timer.unref();
+    // Back from a blip: re-take this instance's slots before the settle period lets newcomers in.
+    this.unsubscribe = limits.onRecovered(() => void this.renewAll());
   }
 
   get size(): number {
@@ -44,6 +70,8 @@ export class ConnectionQuota {
    */
   async admit(owner: string, limits: PlanLimits, leaseId: string): Promise<QuotaDecision> {
     const lease = { scope: CONNECTION_SCOPE, owner, leaseId, max: limits.maxConcurrentConnections };
+    const unsettled = LEASE_SETTLE_MS - this.limits.steadyForMs();
+    if (unsettled > 0) return unavailable(unsettled);
     try {
       const got = await this.limits.acquireLease({ ...lease, ttlMs: this.opts.leaseTtlMs });
       if (!got) {
@@ -68,14 +96,9 @@ export class ConnectionQuota {
       }
     } catch (err) {
       this.logger.warn({ err }, 'limits store unavailable during realtime admission');
-      await this.limits.releaseLease(CONNECTION_SCOPE, owner, leaseId).catch(() => {});
-      return {
-        ok: false,
-        status: 503,
-        code: 'limits_unavailable',
-        message: 'Quota store unavailable; retry shortly.',
-        retryAfterSeconds: 1,
-      };
+      // Not awaited: the store may be frozen. A lease the acquire took anyway expires within one TTL.
+      void this.limits.releaseLease(CONNECTION_SCOPE, owner, leaseId).catch(() => {});
+      return unavailable(LEASE_SETTLE_MS);
     }
     this.held.set(leaseId, { owner, max: limits.maxConcurrentConnections });
     return { ok: true };
@@ -100,14 +123,22 @@ export class ConnectionQuota {
         try {
           const ok = await this.limits.renewLease(CONNECTION_SCOPE, h.owner, leaseId, this.opts.leaseTtlMs);
           if (!ok && this.held.has(leaseId)) {
-            // Expired meanwhile (store outage): take the slot back if it is still free.
-            await this.limits.acquireLease({
+            // Expired meanwhile (store outage, restart): take the slot back; admission waits for this.
+            const back = await this.limits.acquireLease({
               scope: CONNECTION_SCOPE,
               owner: h.owner,
               leaseId,
               max: h.max,
               ttlMs: this.opts.leaseTtlMs,
             });
+            if (!back && this.held.has(leaseId)) {
+              this.logger.warn(
+                { owner: h.owner },
+                'connection slot taken by another holder; ending the session',
+              );
+              this.held.delete(leaseId);
+              this.onLost(leaseId);
+            }
           }
         } catch (err) {
           this.logger.debug({ err }, 'lease renewal failed');
@@ -117,7 +148,20 @@ export class ConnectionQuota {
   }
 
   async close(): Promise<void> {
+    this.onLost = () => {};
+    this.unsubscribe();
     clearInterval(this.timer);
     await Promise.all([...this.held.keys()].map((id) => this.release(id)));
   }
+}
+
+/** The refusal while the lease store cannot be trusted. */
+function unavailable(forMs: number): QuotaDecision {
+  return {
+    ok: false,
+    status: 503,
+    code: 'limits_unavailable',
+    message: 'Quota store unavailable; retry shortly.',
+    retryAfterSeconds: Math.max(1, Math.ceil(forMs / 1000)),
+  };
 }

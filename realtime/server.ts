@@ -7,17 +7,18 @@
  * - lifecycle.ts: one session per WebSocket, the housekeeping tick, shutdown;
  * - endpoints.ts: 426, /health, /readyz, /stats, /metrics, 404.
  */
+import { UsageBudget } from '../shared/usage/budget.js';
 import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import type { us_listen_socket } from 'uWebSockets.js';
+import type { us_listen_socket, WebSocketBehavior } from 'uWebSockets.js';
 import type { Config } from '../shared/config/index.js';
 import type { Authenticator } from '../shared/auth/index.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
 import type { UsageLedger } from '../shared/usage.js';
-import { createVadService, type VadService } from '../shared/vad/service.js';
-import { STREAM_PATH } from '../shared/paths.js';
+import { createVadService, type VadService } from './vad/service.js';
+import { OPENAI_REALTIME_PATH, STREAM_PATH } from '../shared/paths.js';
 import { loadUws } from './uws.js';
 import * as metrics from './metrics.js';
 import { GatewayTimings } from './timings.js';
@@ -25,9 +26,10 @@ import { CircuitBreaker } from './breaker.js';
 import { ConnectionQuota } from './quota.js';
 import { UsageMeter } from './metering.js';
 import type { RealtimeSession, SessionDeps } from './session.js';
-import { admission, type SocketData } from './admission.js';
+import { admission, type Dialect, type SocketData } from './admission.js';
 import { registerEndpoints } from './endpoints.js';
 import { SessionLifecycle } from './lifecycle.js';
+import { RevocationWatch } from './revocation.js';
 
 export interface RealtimeDeps {
   config: Config;
@@ -62,7 +64,12 @@ export async function startRealtime(
   const quota = new ConnectionQuota(deps.limits, rt, log);
   const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
   const sessions = new Set<RealtimeSession>();
-  const meter = new UsageMeter(deps.ledger, () => sessions, deps.config.ledger.checkpointMs);
+  const meter = new UsageMeter(
+    deps.ledger,
+    () => sessions,
+    deps.config.ledger.checkpointMs,
+    new UsageBudget(deps.db, deps.config.usageWindowSeconds),
+  );
   const timings = new GatewayTimings();
 
   const sessionDeps: SessionDeps = {
@@ -80,6 +87,10 @@ export async function startRealtime(
     onUtterance: (outcome) => metrics.utterances.inc({ outcome }),
   };
   const lifecycle = new SessionLifecycle(sessions, { rt, session: sessionDeps, quota, meter, log });
+  quota.onLost = (leaseId) => {
+    for (const s of sessions) if (s.sessionId === leaseId) s.end('slotLost');
+  };
+  const revocation = new RevocationWatch(sessions, deps.auth, rt.revocationCheckMs, log);
   const serving = () => lifecycle.serving;
 
   vad.onFailure?.((err) => {
@@ -96,8 +107,19 @@ export async function startRealtime(
     if (state === 'open') lifecycle.endAll('upstreamUnavailable');
   });
 
-  const app = uWS.App();
-  app.ws<SocketData>(STREAM_PATH, {
+  const upgrade = admission({
+    rt,
+    usageWindowSeconds: deps.config.usageWindowSeconds,
+    db: deps.db,
+    auth: deps.auth,
+    ledger: deps.ledger,
+    breaker,
+    quota,
+    sessions,
+    serving,
+    log,
+  });
+  const wsRoute = (dialect: Dialect): WebSocketBehavior<SocketData> => ({
     compression: uWS.DISABLED,
     // We check frame sizes ourselves (1009 audio_frame_too_large with an error event); uWS's own cap only
     // stops messages so large that they would be buffered whole before we see them (it drops the connection).
@@ -106,20 +128,13 @@ export async function startRealtime(
     closeOnBackpressureLimit: 0,
     idleTimeout: 120,
     sendPingsAutomatically: true,
-    upgrade: admission({
-      rt,
-      usageWindowSeconds: deps.config.usageWindowSeconds,
-      db: deps.db,
-      auth: deps.auth,
-      ledger: deps.ledger,
-      breaker,
-      quota,
-      sessions,
-      serving,
-      log,
-    }),
+    upgrade: upgrade(dialect),
     ...lifecycle.handlers(),
   });
+  const app = uWS.App();
+  app.ws<SocketData>(STREAM_PATH, wsRoute('native'));
+  // OpenAI's Realtime protocol for transcription sessions (realtime/openai.ts): same admission, limits, metering.
+  app.ws<SocketData>(OPENAI_REALTIME_PATH, wsRoute('openai'));
   registerEndpoints(app, {
     rt,
     metricsPolicy: deps.config.metrics,
@@ -149,6 +164,7 @@ export async function startRealtime(
   const stop = () =>
     (stopped ??= (async () => {
       lifecycle.stopServing();
+      revocation.stop();
       uWS.us_listen_socket_close(listenSocket);
       // Usage is written after the sessions have drained.
       await lifecycle.drain();

@@ -3,7 +3,8 @@
  * (see scripts/cluster/index.ts). The load balancer listens on PORT (8080);
  * GATEWAY_ADMIN_TOKEN, GATEWAY_SESSION_TOKEN_SECRET and WEBHOOK_SECRET come
  * from the environment as in compose; CLUSTER_APIS, CLUSTER_REALTIMES,
- * CLUSTER_ENGINES (2 each) size it. Ctrl-C stops all of it.
+ * CLUSTER_ENGINES (2 each) size it; TLS_CERT_FILE (a PEM file: certificate
+ * chain and key) makes HAProxy serve HTTPS and wss:// on PORT. Ctrl-C stops all of it.
  */
 import { clusterOptionsFromEnv, startCluster } from './cluster/index.js';
 

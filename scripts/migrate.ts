@@ -1,7 +1,14 @@
-/** `npm run migrate`: apply pending knex migrations to DATABASE_URL (under the advisory lock). */
+/**
+ * `npm run migrate`: apply pending knex migrations to DATABASE_URL (under the advisory lock).
+ * `--wait`: apply nothing; wait until the database has every migration of this build (a
+ * Kubernetes initContainer while the migration Job runs), polling every 2 s, exit 1 after 10 min.
+ */
 import { loadConfig } from '../shared/config/index.js';
-import { createDb, migrateLatest } from '../shared/db/index.js';
+import { createDb, migrateLatest, migrationConfig } from '../shared/db/index.js';
 import { createLogger } from '../shared/logger.js';
+
+const WAIT_POLL_MS = 2000;
+const WAIT_LIMIT_MS = 10 * 60_000;
 
 const config = loadConfig();
 const logger = createLogger({ level: config.logLevel, name: 'migrate' });
@@ -11,8 +18,27 @@ if (!config.databaseUrl) {
 }
 const db = createDb(config.databaseUrl, { logger });
 try {
-  const applied = await migrateLatest(db);
-  logger.info({ applied }, applied.length ? 'migrations applied' : 'database already up to date');
+  if (process.argv.includes('--wait')) {
+    const deadline = Date.now() + WAIT_LIMIT_MS;
+    for (;;) {
+      const pending = await db.migrate
+        .list(migrationConfig())
+        .then(([, todo]) => (todo as unknown[]).length)
+        .catch((err: Error) => err.message);
+      if (pending === 0) break;
+      if (Date.now() > deadline) {
+        logger.error({ pending }, 'migrations still pending: is the migration job running?');
+        process.exitCode = 1;
+        break;
+      }
+      logger.info({ pending }, 'waiting for the migrations');
+      await new Promise((r) => setTimeout(r, WAIT_POLL_MS));
+    }
+    if (!process.exitCode) logger.info('database up to date');
+  } else {
+    const applied = await migrateLatest(db);
+    logger.info({ applied }, applied.length ? 'migrations applied' : 'database already up to date');
+  }
 } finally {
   await db.destroy();
 }

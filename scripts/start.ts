@@ -12,14 +12,14 @@
  */
 import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
-import { loadOrCreateSecrets, markAnnounced } from '../shared/embedded/secrets.js';
-import { runEmbeddedPostgres, type RunningPostgres } from '../shared/embedded/postgresProcess.js';
+import { loadOrCreateSecrets, markAnnounced } from './embedded/secrets.js';
+import { runEmbeddedPostgres, type RunningPostgres } from './embedded/postgresProcess.js';
 import { fork, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startApi } from '../api/server.js';
-import { installFailurePolicy } from '../shared/process/index.js';
+import { runProcess } from '../shared/process/runner.js';
 import { Backoff } from '../shared/process/restart.js';
 
 const env: Record<string, string | undefined> = { ...process.env };
@@ -27,7 +27,8 @@ const base = loadConfig(env);
 const logger = createLogger({ level: base.logLevel, name: 'stt' });
 /** Set once a signal asked the service to stop: children that exit then are not restarted. */
 let stopping = false;
-installFailurePolicy(logger);
+/** The embedded Postgres (when DATABASE_URL is not set); replaced when its supervisor restarts it. */
+let pg: RunningPostgres | undefined;
 
 const { secrets } = loadOrCreateSecrets(base.dataDir);
 env.GATEWAY_ADMIN_TOKEN ||= secrets.adminToken;
@@ -49,105 +50,108 @@ function refuseToStart(message: string): never {
   process.exit(1);
 }
 
-if (!base.http.port) {
-  // PORT=0 picks a free port; nothing to check.
-} else if (await portInUse(base.http.port)) {
-  refuseToStart(
-    `Port ${base.http.port} is already in use (another \`npm start\`, or another program). Stop it, or choose another port: PORT=8090 npm start`,
-  );
-}
+// The process shell (shared/process/runner.ts): failure policy, signals, force-quit, ordered stop.
+await runProcess({
+  name: 'stt',
+  config: base,
+  logger,
+  async start() {
+    if (!base.http.port) {
+      // PORT=0 picks a free port; nothing to check.
+    } else if (await portInUse(base.http.port)) {
+      refuseToStart(
+        `Port ${base.http.port} is already in use (another \`npm start\`, or another program). Stop it, or choose another port: PORT=8090 npm start`,
+      );
+    }
 
-let pg: RunningPostgres | undefined;
-if (!env.DATABASE_URL) {
-  if (await portInUse(base.embedded.pgPort)) {
-    refuseToStart(
-      `Port ${base.embedded.pgPort} of the embedded Postgres is already in use: is another \`npm start\` running (on ${base.dataDir})? Stop it, or set EMBEDDED_PG_PORT (and DATA_DIR for a second instance).`,
-    );
-  }
-  const startPostgres = () =>
-    runEmbeddedPostgres(base.dataDir, base.embedded.pgPort, secrets.postgresPassword, base.logLevel, {
-      baseMs: base.embedded.restartBaseMs,
-      maxMs: base.embedded.restartMaxMs,
+    if (!env.DATABASE_URL) {
+      if (await portInUse(base.embedded.pgPort)) {
+        refuseToStart(
+          `Port ${base.embedded.pgPort} of the embedded Postgres is already in use: is another \`npm start\` running (on ${base.dataDir})? Stop it, or set EMBEDDED_PG_PORT (and DATA_DIR for a second instance).`,
+        );
+      }
+      const startPostgres = () =>
+        runEmbeddedPostgres(base.dataDir, base.embedded.pgPort, secrets.postgresPassword, base.logLevel, {
+          baseMs: base.embedded.restartBaseMs,
+          maxMs: base.embedded.restartMaxMs,
+        });
+      try {
+        pg = await startPostgres();
+        superviseEmbeddedPostgres(startPostgres);
+      } catch (err) {
+        logger.fatal({ err }, 'could not start the embedded Postgres');
+        process.stderr.write(`\n  Could not start the embedded Postgres: ${(err as Error).message}\n\n`);
+        process.exit(1);
+      }
+      env.DATABASE_URL = pg.url;
+    }
+
+    // Migrations run once, here, before either process uses the database.
+    if (base.migrateOnStart) {
+      const { createDb, migrateLatest } = await import('../shared/db/index.js');
+      const db = createDb(env.DATABASE_URL, { logger });
+      const applied = await migrateLatest(db).finally(() => db.destroy());
+      if (applied.length) logger.info({ applied }, 'database migrated');
+    }
+
+    // The realtime tier is its own process; the API splices its upgrades through, so
+    // REST and WebSocket share one base URL.
+    const realtime = base.realtime.enabled ? await startRealtimeProcess() : undefined;
+
+    const config = loadConfig(env, {
+      migrateOnStart: false,
+      realtime: { upstreamProxyTarget: realtime ? `127.0.0.1:${realtime.port}` : undefined },
     });
-  try {
-    pg = await startPostgres();
-    superviseEmbeddedPostgres(startPostgres);
-  } catch (err) {
-    logger.fatal({ err }, 'could not start the embedded Postgres');
-    process.stderr.write(`\n  Could not start the embedded Postgres: ${(err as Error).message}\n\n`);
-    process.exit(1);
-  }
-  env.DATABASE_URL = pg.url;
-}
-
-// Migrations run once, here, before either process uses the database.
-if (base.migrateOnStart) {
-  const { createDb, migrateLatest } = await import('../shared/db/index.js');
-  const db = createDb(env.DATABASE_URL, { logger });
-  const applied = await migrateLatest(db).finally(() => db.destroy());
-  if (applied.length) logger.info({ applied }, 'database migrated');
-}
-
-// The realtime tier is its own process; the API splices its upgrades through, so
-// REST and WebSocket share one base URL.
-const realtime = base.realtime.enabled ? await startRealtimeProcess() : undefined;
-
-const config = loadConfig(env, {
-  migrateOnStart: false,
-  realtime: { upstreamProxyTarget: realtime ? `127.0.0.1:${realtime.port}` : undefined },
-});
-const api = await startApi(config, logger).catch(async (err: NodeJS.ErrnoException) => {
-  await realtime?.stop();
-  await pg?.stop();
-  if (err.code === 'EADDRINUSE') {
-    refuseToStart(`Port ${config.http.port} is already in use. Choose another port: PORT=8090 npm start`);
-  }
-  throw err;
-});
-const baseUrl = `http://localhost:${api.port}`;
-
-if (!secrets.announced && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
-  // Printed once, to the terminal only (never to the log): the operator's first key.
-  process.stdout.write(
-    [
-      '',
-      '  Speech-to-text service is up on ' + baseUrl,
-      '',
-      '  Admin token (shown once; kept in ' + `${config.dataDir}/secrets.json):`,
-      '    ' + secrets.adminToken,
-      '',
-      '  Issue an API key:',
-      `    curl -s -X POST ${baseUrl}/v1/external-transcription/keys \\`,
-      `      -H "Authorization: Bearer ${secrets.adminToken}" \\`,
-      `      -H "Content-Type: application/json" -d '{"owner_id":"me","plan":"free"}'`,
-      '',
-      `  API docs: ${baseUrl}/docs`,
-      '',
-    ].join('\n') + '\n',
-  );
-  markAnnounced(config.dataDir, secrets);
-} else {
-  process.stdout.write(
-    `\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n` +
-      (env.GATEWAY_ADMIN_TOKEN === secrets.adminToken
-        ? `  Admin token: in ${config.dataDir}/secrets.json ("adminToken")\n\n`
-        : '\n'),
-  );
-}
-
-for (const sig of ['SIGINT', 'SIGTERM'] as const) {
-  process.on(sig, () => {
-    if (stopping) return;
-    stopping = true;
-    void (async () => {
-      // Together: the realtime process drains its sessions (through the API's
-      // proxy in this mode) while the API finishes its requests in flight.
-      await Promise.all([api.stop(), realtime?.stop()]);
+    const api = await startApi(config, logger).catch(async (err: NodeJS.ErrnoException) => {
+      await realtime?.stop();
       await pg?.stop();
-      process.exit(0);
-    })();
-  });
-}
+      if (err.code === 'EADDRINUSE') {
+        refuseToStart(`Port ${config.http.port} is already in use. Choose another port: PORT=8090 npm start`);
+      }
+      throw err;
+    });
+    const baseUrl = `http://localhost:${api.port}`;
+
+    if (!secrets.announced && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
+      // Printed once, to the terminal only (never to the log): the operator's first key.
+      process.stdout.write(
+        [
+          '',
+          '  Speech-to-text service is up on ' + baseUrl,
+          '',
+          '  Admin token (shown once; kept in ' + `${config.dataDir}/secrets.json):`,
+          '    ' + secrets.adminToken,
+          '',
+          '  Issue an API key:',
+          `    curl -s -X POST ${baseUrl}/v1/external-transcription/keys \\`,
+          `      -H "Authorization: Bearer ${secrets.adminToken}" \\`,
+          `      -H "Content-Type: application/json" -d '{"owner_id":"me","plan":"free"}'`,
+          '',
+          `  API docs: ${baseUrl}/docs`,
+          '',
+        ].join('\n') + '\n',
+      );
+      markAnnounced(config.dataDir, secrets);
+    } else {
+      process.stdout.write(
+        `\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n` +
+          (env.GATEWAY_ADMIN_TOKEN === secrets.adminToken
+            ? `  Admin token: in ${config.dataDir}/secrets.json ("adminToken")\n\n`
+            : '\n'),
+      );
+    }
+
+    return {
+      async stop() {
+        stopping = true;
+        // Together: the realtime process drains its sessions (through the API's
+        // proxy in this mode) while the API finishes its requests in flight.
+        await Promise.all([api.stop(), realtime?.stop()]);
+        await pg?.stop();
+      },
+    };
+  },
+}).catch(() => undefined);
 
 /**
  * The realtime tier in its own process, supervised: when it dies it is

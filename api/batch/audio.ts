@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { createWriteStream, promises as fsp } from 'node:fs';
 import { finished } from 'node:stream/promises';
-import { OutboundClient, OutboundError } from '../../shared/net/index.js';
+import { OutboundClient, OutboundError } from './net/index.js';
 import { PermanentError, withoutPaths } from './errors.js';
 
 export interface FetchedAudio {
@@ -21,7 +21,12 @@ export async function fetchAudio(
   client: OutboundClient,
   url: string,
   file: string,
-  opts: { maxBytes: number; timeoutMs: number; signal?: AbortSignal },
+  opts: {
+    maxBytes: number;
+    timeoutMs: number;
+    minRate?: { bytes: number; windowMs: number };
+    signal?: AbortSignal;
+  },
 ): Promise<FetchedAudio> {
   const started = Date.now();
   const sink = createWriteStream(file);
@@ -29,6 +34,7 @@ export async function fetchAudio(
     const res = await client.request(url, {
       maxBytes: opts.maxBytes,
       timeoutMs: opts.timeoutMs,
+      minRate: opts.minRate,
       sink,
       signal: opts.signal,
     });

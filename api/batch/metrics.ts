@@ -14,6 +14,10 @@ export const finished = counter(
   'Batch workflows finished, by status.',
   ['status'],
 );
+export const deferred = counter(
+  'stt_batch_runs_deferred_total',
+  'Workflow runs put back in the queue because their tenant was at its running bound.',
+);
 export const runsActive = gauge('stt_batch_runs_active', 'Workflow runs in progress in this process.');
 export const stepSeconds = histogram(
   'stt_batch_step_duration_seconds',

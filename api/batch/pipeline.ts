@@ -12,7 +12,7 @@ import type { RemoteReviewer } from './review/llm.js';
 import { runStep } from './run/attempts.js';
 import { loadCheckpoints } from './run/checkpoints.js';
 import type { RunContext } from './run/context.js';
-import type { SlicePlan } from './slicing.js';
+import type { SlicePlan } from '../../shared/audio/slicing.js';
 import { aggregateOutput, aggregateStep } from './steps/aggregate.js';
 import { STEPS } from './steps/order.js';
 import { pcmFileOf, probe, type ProbeOutput } from './steps/probe.js';

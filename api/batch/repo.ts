@@ -114,24 +114,48 @@ export class WorkflowRepo {
     );
   }
 
-  /** Takes (or renews) the run lease; returns the row when this process may run the workflow. */
+  /**
+   * Takes (or renews) the run lease; returns the row when this process may
+   * run the workflow, `deferred` when its tenant already runs
+   * `maxPerTenant` workflows (live leases, any process): it waits its turn.
+   * Serialised per tenant (advisory lock), so processes racing for one
+   * tenant's jobs cannot overshoot the bound.
+   */
   async acquire(
     id: string,
     owner: string,
     leaseSeconds: number,
     jobId: string | null = null,
-  ): Promise<WorkflowRow | undefined> {
-    const res = await this.db.raw<{ rows: WorkflowRow[] }>(
-      `UPDATE batch_workflows
-         SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
-             started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now(),
-             ${STALE_POLL}
-       WHERE id = ? AND status IN ('queued', 'running')
-         AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
-       RETURNING *`,
-      [owner, leaseSeconds, jobId, id, owner],
-    );
-    return res.rows[0];
+    maxPerTenant = Infinity,
+  ): Promise<WorkflowRow | 'deferred' | undefined> {
+    return this.db.transaction(async (tx) => {
+      const found = await tx('batch_workflows')
+        .where({ id })
+        .first<{ owner_id: string } | undefined>('owner_id');
+      if (!found) return undefined;
+      await tx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [
+        `batch_tenant:${found.owner_id}`,
+      ]);
+      if (Number.isFinite(maxPerTenant)) {
+        const [{ n }] = await tx('batch_workflows')
+          .where({ owner_id: found.owner_id, status: 'running' })
+          .andWhere('lease_until', '>', tx.fn.now())
+          .andWhereNot({ id })
+          .count<{ n: string }[]>('* as n');
+        if (Number(n) >= maxPerTenant) return 'deferred';
+      }
+      const res = await tx.raw<{ rows: WorkflowRow[] }>(
+        `UPDATE batch_workflows
+           SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
+               started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now(),
+               ${STALE_POLL}
+         WHERE id = ? AND status IN ('queued', 'running')
+           AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
+         RETURNING *`,
+        [owner, leaseSeconds, jobId, id, owner],
+      );
+      return res.rows[0];
+    });
   }
 
   /** False when the lease was lost (another process took over). */
@@ -141,6 +165,25 @@ export class WorkflowRepo {
       .whereIn('status', ['running'])
       .update({ lease_until: this.db.raw('now() + make_interval(secs => ?)', [leaseSeconds]) });
     return n > 0;
+  }
+
+  /**
+   * Keeps the id of the pg-boss job just sent for an unfinished workflow (`acquire` keeps the one
+   * that runs it): should its process die, that job is closed by id (BatchRuntime.closeDeadJobs).
+   */
+  async noteJob(id: string, jobId: string): Promise<void> {
+    await this.db('batch_workflows')
+      .where({ id })
+      .whereIn('status', ['queued', 'running'])
+      .update({ job_id: jobId });
+  }
+
+  /** The pg-boss job id kept on the workflow (see `noteJob`), if any. */
+  async jobId(id: string): Promise<string | null> {
+    const row = await this.db('batch_workflows')
+      .where({ id })
+      .first<{ job_id: string | null } | undefined>('job_id');
+    return row?.job_id ?? null;
   }
 
   async release(id: string, owner: string): Promise<void> {

@@ -15,8 +15,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
 import type { Principal } from '../../shared/auth/index.js';
 import { withMigrationLock } from '../../shared/db/index.js';
-import { isIpLiteral, OutboundClient } from '../../shared/net/index.js';
-import { type ArtifactStore, createArtifactStore, tenantStore } from '../../shared/storage/index.js';
+import { isIpLiteral, OutboundClient } from './net/index.js';
+import { type ArtifactStore, createArtifactStore, tenantStore } from './storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageLedger } from '../../shared/usage.js';
@@ -25,7 +25,7 @@ import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
-import { Semaphore } from './run/semaphore.js';
+import { Semaphore } from '../../shared/semaphore.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
@@ -125,6 +125,7 @@ export class BatchRuntime {
       logger: this.log,
       hooks: this.d.hooks,
       enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
+      deferRun: (id) => this.enqueue(id, DEFER_SECONDS),
       onOutage: (id) => this.resumeAfterOutage(id),
     });
     this.deliverer = new WebhookDeliverer({
@@ -146,9 +147,10 @@ export class BatchRuntime {
           try {
             await runner.run(job.data.workflowId, job.id);
           } catch (err) {
-            // The lease could not even be taken: the database is down. Queue it again when it is back.
+            // The lease could not even be taken: the database is down. Queue it again when it is back
+            // (this job, still active if pg-boss cannot complete it now, is closed then).
             if (!isDependencyUnavailable(err)) throw err;
-            this.resumeAfterOutage(job.data.workflowId);
+            this.resumeAfterOutage(job.data.workflowId, 500, job.id);
           }
         },
       );
@@ -174,18 +176,18 @@ export class BatchRuntime {
    * and a new one sent, and the run resumes from its checkpoints. The
    * sweeper would find it too, but only once its lease has lapsed.
    */
-  private resumeAfterOutage(workflowId: string, delayMs = 500): void {
+  private resumeAfterOutage(workflowId: string, delayMs = 500, jobId?: string): void {
     if (!this.boss || this.resuming.has(workflowId)) return;
     const timer = setTimeout(() => {
       this.resuming.delete(workflowId);
       void (async () => {
         try {
-          await this.closeDeadJobs(workflowId);
+          await this.closeDeadJobs([jobId, await this.repo.jobId(workflowId)]);
           await this.enqueue(workflowId);
           this.log.info({ workflowId }, 'workflow paused by an outage queued again');
         } catch (err) {
           this.log.debug({ err, workflowId }, 'database still unavailable; workflow resumes later');
-          this.resumeAfterOutage(workflowId, Math.min(10_000, delayMs * 2));
+          this.resumeAfterOutage(workflowId, Math.min(10_000, delayMs * 2), jobId);
         }
       })();
     }, delayMs);
@@ -213,7 +215,7 @@ export class BatchRuntime {
   async sweep(): Promise<number> {
     const stale = await this.repo.stale(Math.max(30, this.d.config.batch.leaseSeconds));
     for (const w of stale) {
-      await this.closeDeadJobs(w.id);
+      await this.closeDeadJobs([w.job_id]);
       await this.enqueue(w.id);
     }
     if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
@@ -229,26 +231,33 @@ export class BatchRuntime {
    * A dead run's job stays `active` in pg-boss until it expires and, under
    * the stately policy, keeps a new job for the same workflow from starting:
    * complete it (it is dead: the workflow's lease lapsed or was never taken).
+   * The workflow row keeps the id of its job (sent by `enqueue`, or running
+   * it: `acquire`), so this goes through pg-boss's API by id; completing
+   * touches only an `active` job, so a finished or a queued one is left be.
    */
-  private async closeDeadJobs(workflowId: string): Promise<void> {
-    if (!this.boss) return;
-    const schema = this.d.config.batch.pgBossSchema.replace(/"/g, '""');
-    const { rows } = await this.boss
-      .getDb()
-      .executeSql(
-        `SELECT id FROM "${schema}".job WHERE name = $1 AND singleton_key = $2 AND state = 'active'`,
-        [WORKFLOW_QUEUE, workflowId],
-      );
-    const ids = (rows as { id: string }[]).map((r) => r.id);
-    if (ids.length)
-      await this.boss
-        .complete(WORKFLOW_QUEUE, ids)
-        .catch((err) => this.log.warn({ err }, 'could not close dead job'));
+  private async closeDeadJobs(jobIds: readonly (string | null | undefined)[]): Promise<void> {
+    const ids = [...new Set(jobIds.filter((id): id is string => Boolean(id)))];
+    if (!this.boss || !ids.length) return;
+    await this.boss
+      .complete(WORKFLOW_QUEUE, ids)
+      .catch((err) => this.log.warn({ err }, 'could not close dead job'));
   }
 
-  private async enqueue(workflowId: string): Promise<void> {
+  private async enqueue(workflowId: string, afterSeconds = 0): Promise<void> {
     if (!this.boss) return; // the sweeper of a started process picks it up
-    await this.boss.send(WORKFLOW_QUEUE, { workflowId }, { singletonKey: workflowId });
+    const jobId = await this.boss.send(
+      WORKFLOW_QUEUE,
+      { workflowId },
+      { singletonKey: workflowId, ...(afterSeconds > 0 ? { startAfter: afterSeconds } : {}) },
+    );
+    // null: a job of this workflow is queued already (stately), and its id is kept from its own send.
+    if (jobId) await this.repo.noteJob(workflowId, jobId);
+  }
+
+  /** Jobs of the workflow queue not yet finished (queued, retrying or running), from pg-boss's API. */
+  async workflowJobsPending(): Promise<number> {
+    if (!this.boss) throw new Error('batch runtime not started');
+    return this.boss.getQueueSize(WORKFLOW_QUEUE, { before: 'completed' });
   }
 
   private async sendWebhook(job: WebhookDeliveryJob, delaySeconds: number): Promise<void> {
@@ -328,6 +337,9 @@ export class BatchRuntime {
 }
 
 /** pg-boss's schema (in `start`) and this plane's queues; idempotent. */
+/** How long a workflow deferred for its tenant's running bound waits before it is tried again. */
+const DEFER_SECONDS = 2;
+
 async function createQueues(boss: PgBoss): Promise<void> {
   await boss.start();
   // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.

@@ -10,13 +10,14 @@
  * workflow and the next run resumes from the checkpoints. A shutdown gives
  * the lease back at once; an outage of our own stores pauses the run.
  */
+import { UsageBudget } from '../../shared/usage/budget.js';
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { OutboundError } from '../../shared/net/index.js';
+import { OutboundError } from './net/index.js';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
-import { tenantStore } from '../../shared/storage/index.js';
+import { tenantStore } from './storage/index.js';
 import { SpeechError } from '../../shared/stt/types.js';
 import { artifactKeys } from './artifacts.js';
 import { LeaseLostError, PermanentError, ShutdownError, withoutPaths } from './errors.js';
@@ -35,11 +36,13 @@ export type { RunnerDeps, RunnerHooks } from './run/context.js';
 export class WorkflowRunner {
   readonly runnerId = `${process.pid}-${randomBytes(4).toString('hex')}`;
   private readonly reviewer: RemoteReviewer;
+  private readonly budget: UsageBudget;
   private readonly active = new Map<string, { abort: AbortController; done: Promise<void> }>();
   private stopping = false;
 
   constructor(private readonly d: RunnerDeps) {
     this.reviewer = new RemoteReviewer(d.config.review);
+    this.budget = new UsageBudget(d.db, d.usageWindowSeconds);
   }
 
   /**
@@ -78,8 +81,21 @@ export class WorkflowRunner {
 
   private async runHeld(workflowId: string, jobId: string | null, abort: AbortController): Promise<void> {
     const { repo, config } = this.d;
-    const row = await repo.acquire(workflowId, this.runnerId, config.leaseSeconds, jobId);
+    const row = await repo.acquire(
+      workflowId,
+      this.runnerId,
+      config.leaseSeconds,
+      jobId,
+      config.maxRunningPerTenant,
+    );
     if (!row) return; // finished, or another live process has it
+    if (row === 'deferred') {
+      // Its tenant already runs its share: the slot goes to the next job (another tenant's), this
+      // one is queued again to try shortly.
+      this.d.logger.debug({ workflowId }, 'tenant at its running-workflow bound; queued again');
+      metrics.deferred.inc();
+      return this.d.deferRun(workflowId);
+    }
     const log = this.d.logger.child({ workflowId, requestId: row.request_id, run: row.runs });
     const lease = keepLease({
       repo,
@@ -107,6 +123,8 @@ export class WorkflowRunner {
       // The webhook step waits before the workflow ends: if the hand-off below is lost, the sweeper finds it.
       if (row.params.webhook_url) await repo.stepSet(workflowId, STEPS.webhook, 'waiting');
       if (await repo.finish(workflowId, this.runnerId, 'complete')) {
+        // Billed (runSteps recorded the usage): its budget reservation has done its work.
+        await this.budget.release('batch', workflowId);
         metrics.finished.inc({ status: 'complete' });
         log.info('workflow complete');
         await this.handOffWebhook(row, log);
@@ -131,6 +149,7 @@ export class WorkflowRunner {
       try {
         if (row.params.webhook_url) await repo.stepSet(workflowId, STEPS.webhook, 'waiting');
         if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
+          await this.budget.release('batch', workflowId);
           metrics.finished.inc({ status: 'errored' });
           await this.handOffWebhook(row, log);
         }

@@ -11,12 +11,12 @@
 import net from 'node:net';
 import type http from 'node:http';
 import type { Duplex } from 'node:stream';
-import { STREAM_PATH } from '../../shared/paths.js';
+import { OPENAI_REALTIME_PATH, STREAM_PATH } from '../../shared/paths.js';
 
 export interface RealtimeProxyOptions {
   host?: string;
   port: number;
-  /** Paths routed to the realtime tier (default: the stream path). */
+  /** Paths routed to the realtime tier (default: the stream path and OpenAI's `/v1/realtime`). */
   paths?: string[];
   /** Upper bound for connecting to the realtime process. */
   connectTimeoutMs?: number;
@@ -36,7 +36,7 @@ function refuse(socket: Duplex, status: string, code: string, message: string, e
 
 /** Attaches to `server`'s 'upgrade' event; returns a function that detaches it. */
 export function attachRealtimeProxy(server: http.Server, opts: RealtimeProxyOptions): () => void {
-  const paths = new Set(opts.paths ?? [STREAM_PATH]);
+  const paths = new Set(opts.paths ?? [STREAM_PATH, OPENAI_REALTIME_PATH]);
   const host = opts.host ?? '127.0.0.1';
   const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const pathname = (req.url ?? '/').split('?')[0];

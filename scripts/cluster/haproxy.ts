@@ -1,6 +1,6 @@
 /**
- * docker/haproxy.cfg rendered for one machine: the public `bind` moves to the
- * given loopback port, and in each backend the server lines become one line
+ * docker/haproxy.cfg rendered for one machine: the public `bind` lines (TLS
+ * and plain, chosen by HAProxy from TLS_CERT_FILE) move to the given loopback port, and in each backend the server lines become one line
  * per local instance (the first server line of the backend is the template:
  * its name and host lose their trailing number, its options are kept).
  * Everything else (checks, timeouts, retries, error pages) is the file the
@@ -53,6 +53,7 @@ export function renderHaproxyConfig(source: string, target: RenderTarget): strin
     addrs.forEach((addr, i) => out.push(`${indent}server ${name}${i + 1} ${addr}${options}`));
     templated = true;
   }
-  if (binds !== 1) throw new Error(`haproxy.cfg: expected one bind line, found ${binds}`);
+  // One public frontend; with TLS and without (`.if defined(TLS_CERT_FILE)`), hence one or two lines.
+  if (binds < 1 || binds > 2) throw new Error(`haproxy.cfg: expected one or two bind lines, found ${binds}`);
   return out.join('\n');
 }

@@ -11,11 +11,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import S3rver from 's3rver';
 import { haproxyConfigPath, renderHaproxyConfig } from './haproxy.js';
 import { settingNames } from '../../shared/config/index.js';
@@ -51,6 +49,12 @@ export interface ClusterOptions {
   settings?: Record<string, string>;
   /** Every output line of every process, with its name. */
   onLine?: (name: string, line: string) => void;
+  /**
+   * A PEM file (certificate chain and private key): HAProxy terminates TLS
+   * with it, HTTPS and wss:// on the public port (docker/haproxy.cfg,
+   * TLS_CERT_FILE). Unset: plain HTTP.
+   */
+  tlsCertFile?: string;
 }
 
 export interface ClusterProcess {
@@ -86,52 +90,8 @@ function defaultDistDir(): string {
   return path.basename(up) === 'dist' ? up : path.join(up, 'dist');
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-/** Creates the database of `url` on its server when it does not exist yet. */
-export async function ensureDatabase(url: string): Promise<void> {
-  const name = decodeURIComponent(new URL(url).pathname.slice(1));
-  if (!name) return;
-  const admin = new URL(url);
-  admin.pathname = '/postgres';
-  const c = new pg.Client({ connectionString: admin.toString() });
-  await c.connect();
-  try {
-    const { rowCount } = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
-    if (!rowCount) await c.query(`CREATE DATABASE "${name.replace(/"/g, '""')}"`);
-  } finally {
-    await c.end();
-  }
-}
-
-/** Waits until `url` answers 200 (or the process exits, or the time is up). */
-export async function waitHttpOk(url: string, timeoutMs: number, exited?: Promise<unknown>): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let gone = false;
-  void exited?.then(() => (gone = true));
-  let last = '';
-  while (Date.now() < deadline && !gone) {
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
-      await res.body?.cancel();
-      if (res.ok) return;
-      last = `status ${res.status}`;
-    } catch (err) {
-      last = (err as Error).message;
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`${url} not ready${gone ? ' (process exited)' : ''}: ${last}`);
-}
+export { ensureDatabase, freePort, stopProcess, waitHttpOk } from './processes.js';
+import { ensureDatabase, freePort, stopProcess, waitHttpOk } from './processes.js';
 
 function haproxyBinary(): string {
   for (const p of ['/usr/sbin/haproxy', '/usr/local/sbin/haproxy', '/usr/bin/haproxy'])
@@ -318,18 +278,22 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
       servers: { api: ports.api.map(loopback), realtime: ports.realtime.map(loopback) },
     });
     fs.writeFileSync(cfgPath, rendered);
-    const haproxy = spawnProcess('haproxy', 'api', haproxyBinary(), ['-db', '-f', cfgPath], common, opts);
+    // docker/haproxy.cfg terminates TLS when TLS_CERT_FILE is in its environment (and only then).
+    const tls = opts.tlsCertFile ? path.resolve(opts.tlsCertFile) : undefined;
+    if (tls && !fs.existsSync(tls)) throw new Error(`TLS_CERT_FILE ${tls} does not exist`);
+    const haproxyEnv = tls ? { ...common, TLS_CERT_FILE: tls } : common;
+    const haproxy = spawnProcess('haproxy', 'api', haproxyBinary(), ['-db', '-f', cfgPath], haproxyEnv, opts);
     haproxyChild = haproxy.child;
     haproxyLines = haproxy.lines;
-    const url = `http://127.0.0.1:${port}`;
-    await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited).catch((err: Error) => {
+    const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}`;
+    await waitHttpOk(`${url}/readyz`, 30_000, haproxy.exited, { insecure: !!tls }).catch((err: Error) => {
       // A taken PORT, for example: HAProxy says why in its last lines.
       throw new Error(`${err.message}\n${haproxy.lines.slice(-3).join('\n')}`);
     });
 
     return {
       url,
-      wsUrl: `ws://127.0.0.1:${port}/v1/audio/transcriptions/stream`,
+      wsUrl: `${tls ? 'wss' : 'ws'}://127.0.0.1:${port}/v1/audio/transcriptions/stream`,
       port,
       processes,
       haproxy: haproxy.child,
@@ -394,20 +358,6 @@ function spawnProcess(
 }
 
 /** SIGTERM, then SIGKILL when it has not exited within `graceMs`. */
-export async function stopProcess(child: ChildProcess, graceMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-  await exited;
-  clearTimeout(timer);
-}
-
-/**
- * The service settings (README, "Configuration") set in `env`, as a compose
- * file's environment would pass them, except DATA_DIR, PORT and HOST, which
- * each instance gets its own of.
- */
 export function operatorSettings(env: NodeJS.ProcessEnv): Record<string, string> {
   const own = new Set(['DATA_DIR', 'PORT', 'HOST']);
   const out: Record<string, string> = {};
@@ -432,6 +382,7 @@ export function clusterOptionsFromEnv(env: NodeJS.ProcessEnv): ClusterOptions {
   };
   const s3Endpoint = env.S3_ENDPOINT || undefined;
   return {
+    tlsCertFile: env.TLS_CERT_FILE || undefined,
     port: Number(env.PORT ?? 8080),
     apis: count('CLUSTER_APIS', 2),
     realtimes: count('CLUSTER_REALTIMES', 2),

@@ -1,13 +1,18 @@
 /**
  * Audio decoding: any container/codec ffmpeg reads (WAV, MP3, OGG/Opus,
  * FLAC, M4A, WebM, ...) in, 16 kHz mono PCM16LE out. The input goes to
- * ffmpeg's stdin and PCM comes back on its stdout; nothing touches disk.
- * A WAV that is already 16 kHz mono PCM16 skips ffmpeg entirely.
+ * ffmpeg's stdin and PCM comes back on its stdout; a clip stays in memory,
+ * long audio is spooled to a file as it is decoded (decodeUpload). A WAV
+ * that is already 16 kHz mono PCM16 skips ffmpeg entirely.
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import { Readable } from 'node:stream';
 import { faststart, isIsoBmff } from './faststart.js';
 import { PCM_BYTES_PER_SECOND as BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
+import { EnvelopeBuilder } from './slicing.js';
 
 export { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 
@@ -54,6 +59,14 @@ export function pcmToWav(pcm: Buffer): Buffer {
   return Buffer.concat([wavHeader(pcm.length), pcm]);
 }
 
+/** A RIFF chunk header (four printable ASCII characters and a size that fits) at `pos`, or the end. */
+function chunkFollows(buf: Buffer, pos: number): boolean {
+  if (pos >= buf.length) return true;
+  if (pos + 8 > buf.length) return false;
+  for (let i = pos; i < pos + 4; i++) if (buf[i] < 0x20 || buf[i] > 0x7e) return false;
+  return pos + 8 + buf.readUInt32LE(pos + 4) <= buf.length;
+}
+
 /**
  * The samples of a WAV that is already 16 kHz mono PCM16LE, or undefined
  * when the input is anything else (then ffmpeg converts it).
@@ -78,8 +91,17 @@ export function canonicalWavSamples(buf: Buffer): Buffer | undefined {
       if (!fmtOk) return undefined;
     } else if (id === 'data') {
       if (!fmtOk) return undefined;
-      // Streaming writers leave the size as 0 or 0xffffffff: take the rest of the file.
-      const end = size === 0 || size === 0xffffffff || body + size > buf.length ? buf.length : body + size;
+      // Streaming writers leave the size as 0 or 0xffffffff: take the rest of the file. So does a size
+      // that stops short of samples that follow (no chunk header after it): the audio is what the file
+      // holds, so a header cannot hide audio from the transcript or from billing.
+      const declared = body + size;
+      const end =
+        size === 0 ||
+        size === 0xffffffff ||
+        declared > buf.length ||
+        !chunkFollows(buf, declared + (size % 2))
+          ? buf.length
+          : declared;
       const samples = buf.subarray(body, end);
       return samples.length % 2 ? samples.subarray(0, samples.length - 1) : samples;
     }
@@ -109,40 +131,53 @@ export class AudioTooLongError extends Error {
   }
 }
 
-/** Decodes a stream of any format ffmpeg reads through stdin/stdout pipes. */
-export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise<Buffer> {
+/** ffmpeg's arguments: any input on stdin, 16 kHz mono PCM16LE raw to `output`. */
+function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
+  return [
+    '-hide_banner',
+    '-nostats',
+    '-loglevel',
+    'error',
+    '-i',
+    'pipe:0',
+    '-vn',
+    '-sn',
+    '-dn',
+    '-ac',
+    '1',
+    '-ar',
+    String(PCM_SAMPLE_RATE),
+    '-acodec',
+    'pcm_s16le',
+    // Past the longest audio taken, ffmpeg stops: a bomb is cut off as soon as it is one.
+    ...(maxSeconds === undefined ? [] : ['-t', String(maxSeconds + 0.01)]),
+    '-f',
+    's16le',
+    '-y',
+    output,
+  ];
+}
+
+/**
+ * Runs ffmpeg from `input` to `output` (a path or `pipe:1`); resolves with its
+ * stdout chunks (for pipe:1) once it exits cleanly.
+ */
+function runFfmpeg(
+  input: Readable,
+  output: string,
+  opts: DecodeOptions,
+): Promise<{ chunks: Buffer[]; bytes: number }> {
   const maxBytes =
     opts.maxSeconds === undefined ? Infinity : Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2;
-  return new Promise<Buffer>((resolve, reject) => {
-    const ff = spawn(
-      opts.ffmpegPath ?? 'ffmpeg',
-      [
-        '-hide_banner',
-        '-nostats',
-        '-loglevel',
-        'error',
-        '-i',
-        'pipe:0',
-        '-vn',
-        '-sn',
-        '-dn',
-        '-ac',
-        '1',
-        '-ar',
-        String(PCM_SAMPLE_RATE),
-        '-acodec',
-        'pcm_s16le',
-        '-f',
-        's16le',
-        'pipe:1',
-      ],
-      { stdio: ['pipe', 'pipe', 'pipe'] },
-    );
+  return new Promise((resolve, reject) => {
+    const ff = spawn(opts.ffmpegPath ?? 'ffmpeg', ffmpegArgs(output, opts.maxSeconds), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     const chunks: Buffer[] = [];
     let bytes = 0;
     let stderr = '';
     let settled = false;
-    const finish = (err: Error | undefined, pcm?: Buffer) => {
+    const finish = (err: Error | undefined) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
@@ -151,7 +186,7 @@ export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise
       if (err) {
         ff.kill('SIGKILL');
         reject(err);
-      } else resolve(pcm!);
+      } else resolve({ chunks, bytes });
     };
     const onAbort = () => finish(new AudioDecodeError('Decoding was aborted.', 'decoder_unavailable'));
     opts.signal?.addEventListener('abort', onAbort, { once: true });
@@ -165,7 +200,7 @@ export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise
     ff.on('error', (err) =>
       finish(new AudioDecodeError(`ffmpeg could not be started: ${err.message}`, 'decoder_unavailable')),
     );
-    // ffmpeg may stop reading early (bad input); a broken stdin pipe is expected then.
+    // ffmpeg may stop reading early (bad input, or past the longest audio taken): a broken pipe is expected.
     ff.stdin.on('error', () => {});
     input.on('error', (err) => finish(new AudioDecodeError(`Reading the upload failed: ${err.message}`)));
     ff.stderr.on('data', (d: Buffer) => {
@@ -177,18 +212,147 @@ export function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise
       if (bytes > maxBytes) finish(new AudioTooLongError(opts.maxSeconds!));
     });
     ff.on('close', (code) => {
-      if (code === 0) {
-        const pcm = Buffer.concat(chunks, bytes);
-        finish(undefined, pcm.length % 2 ? pcm.subarray(0, pcm.length - 1) : pcm);
-      } else {
-        const detail = stderr.trim().split('\n').pop() ?? '';
-        finish(
-          new AudioDecodeError(
-            `The file could not be decoded as audio${detail ? ` (${detail.slice(0, 200)})` : ''}.`,
-          ),
-        );
-      }
+      if (code === 0) return finish(undefined);
+      const detail = stderr.trim().split('\n').pop() ?? '';
+      finish(
+        new AudioDecodeError(
+          `The file could not be decoded as audio${detail ? ` (${detail.slice(0, 200)})` : ''}.`,
+        ),
+      );
     });
     input.pipe(ff.stdin);
   });
+}
+
+/** Decodes a stream of any format ffmpeg reads through stdin/stdout pipes. */
+export async function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise<Buffer> {
+  const { chunks, bytes } = await runFfmpeg(input, 'pipe:1', opts);
+  const pcm = Buffer.concat(chunks, bytes);
+  return pcm.length % 2 ? pcm.subarray(0, pcm.length - 1) : pcm;
+}
+
+/**
+ * Decoded audio that may be too long to hold in memory: the samples are in
+ * `pcm` up to a spool threshold, and in a file beyond it (read back in
+ * ranges). `envelope` is the energy per 10 ms frame of spooled audio.
+ */
+export interface DecodedAudio {
+  seconds: number;
+  /** The samples, when they are held in memory. */
+  pcm?: Buffer;
+  /** The raw PCM16 file, when the audio was spooled. */
+  file?: string;
+  envelope?: Float32Array;
+  /** Bytes [start, end) of the samples. */
+  read(start: number, end: number): Promise<Buffer>;
+  /** Removes the spool file (idempotent; a no-op for audio in memory). */
+  dispose(): Promise<void>;
+}
+
+export interface SpoolOptions {
+  /** Audio longer than this stays in its spool file instead of memory. */
+  afterSeconds: number;
+  /** Where spool files go (they are removed by `dispose`, or at once for audio held in memory). */
+  dir: string;
+}
+
+function inMemory(pcm: Buffer): DecodedAudio {
+  return {
+    seconds: pcmDurationSeconds(pcm),
+    pcm,
+    read: (start, end) => Promise.resolve(pcm.subarray(start, Math.min(end, pcm.length))),
+    dispose: () => Promise.resolve(),
+  };
+}
+
+/**
+ * Decodes an uploaded file with memory bounded whatever it decodes to (a
+ * small upload may hold hours of silence): ffmpeg writes the PCM to a spool
+ * file, never through this process, and stops past `maxSeconds`. A clip (up
+ * to `spool.afterSeconds`) is then read into memory in one piece and its file
+ * removed; longer audio stays in the file, read back a range at a time, and
+ * its energy envelope is computed through one reused read buffer, so the
+ * process holds no more of it than a piece.
+ */
+export async function decodeUpload(
+  input: Buffer,
+  opts: DecodeOptions & { spool: SpoolOptions },
+): Promise<DecodedAudio> {
+  if (input.length === 0) return inMemory(Buffer.alloc(0));
+  const direct = canonicalWavSamples(input);
+  if (direct) {
+    if (opts.maxSeconds !== undefined && pcmDurationSeconds(direct) > opts.maxSeconds) {
+      throw new AudioTooLongError(opts.maxSeconds);
+    }
+    // Already in memory (the upload is capped in bytes): nothing to spool.
+    return inMemory(direct);
+  }
+  const file = path.join(opts.spool.dir, `decode-${randomUUID()}.pcm`);
+  const remove = () => fs.promises.rm(file, { force: true });
+  try {
+    await runFfmpeg(Readable.from([isIsoBmff(input) ? faststart(input) : input]), file, opts);
+    const size = (await fs.promises.stat(file)).size;
+    const usable = size - (size % 2);
+    if (opts.maxSeconds !== undefined && usable > Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2) {
+      throw new AudioTooLongError(opts.maxSeconds);
+    }
+    if (pcmDurationSeconds(usable) <= opts.spool.afterSeconds) {
+      const pcm = await readRange(file, 0, usable);
+      await remove();
+      return inMemory(pcm);
+    }
+    const envelope = await envelopeOfFile(file, usable);
+    let disposed = false;
+    return {
+      seconds: pcmDurationSeconds(usable),
+      file,
+      envelope,
+      read: (start, end) => readRange(file, start, Math.min(end, usable)),
+      dispose: async () => {
+        if (disposed) return;
+        disposed = true;
+        await remove();
+      },
+    };
+  } catch (err) {
+    await remove();
+    throw err;
+  }
+}
+
+/** The energy envelope of the first `bytes` of a PCM file, read through one reused buffer. */
+async function envelopeOfFile(file: string, bytes: number): Promise<Float32Array> {
+  const env = new EnvelopeBuilder();
+  const buf = Buffer.allocUnsafe(1 << 20);
+  const fh = await fs.promises.open(file, 'r');
+  try {
+    for (let pos = 0; pos < bytes;) {
+      const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, bytes - pos), pos);
+      if (bytesRead === 0) break;
+      // The chunk is even-sized and read in full before the buffer is reused (push keeps no reference).
+      env.push(buf.subarray(0, bytesRead));
+      pos += bytesRead;
+    }
+  } finally {
+    await fh.close();
+  }
+  return env.finish();
+}
+
+/** Bytes [start, end) of a file. */
+async function readRange(file: string, start: number, end: number): Promise<Buffer> {
+  const length = Math.max(0, end - start);
+  const buf = Buffer.alloc(length);
+  const fh = await fs.promises.open(file, 'r');
+  try {
+    let got = 0;
+    while (got < length) {
+      const { bytesRead } = await fh.read(buf, got, length - got, start + got);
+      if (bytesRead === 0) break;
+      got += bytesRead;
+    }
+    return buf.subarray(0, got);
+  } finally {
+    await fh.close();
+  }
 }

@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import type { PlanCatalog, PlanLimits } from '../plans.js';
-import { type KeyRow, type KeyStore, effectiveStatus } from './keyStore.js';
+import { type KeyRow, type KeyStatus, type KeyStore, effectiveStatus } from './keyStore.js';
 import { hashApiKey, looksLikeApiKey } from './keys.js';
 import { issueSessionToken, verifySessionToken } from './sessionTokens.js';
 
@@ -94,6 +94,11 @@ export class Authenticator {
     this.maxEntries = opts.maxCacheEntries ?? 50_000;
     this.flushTimer = setInterval(() => void this.flushLastUsed(), opts.lastUsedFlushMs);
     this.flushTimer.unref();
+  }
+
+  /** The current status of these keys, from the store itself (not the cache): open sessions' re-check. */
+  statuses(ids: string[]): Promise<Map<string, KeyStatus>> {
+    return this.store.statuses(ids);
   }
 
   get sessionTokensEnabled(): boolean {

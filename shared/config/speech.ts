@@ -1,8 +1,43 @@
 import os from 'node:os';
 import { type Env, str, int, num, bool, list, ConfigError } from './env.js';
-import { DEFAULT_CMN, type CmnSettings } from '../stt/pocketsphinx/cmn.js';
 
 /** One member of the remote OpenAI-compatible worker pool. */
+/** Session feature normalisation of the built-in engine's streaming form (shared/stt/pocketsphinx/cmn.ts). */
+export interface CmnSettings {
+  /** Frames (10 ms) of the session's own audio that set the first estimate. */
+  bootstrapFrames: number;
+  /** Weight of the model's prior while fewer frames have been seen. */
+  priorFrames: number;
+  /** Frames the running mean remembers (older frames decay). */
+  window: number;
+  /**
+   * During the bootstrap, a frame waits at most this many frames for a
+   * better estimate, then is searched with a provisional one (the session's
+   * frames so far, with the prior); at least `bootstrapFrames`: frames wait
+   * for the whole bootstrap.
+   */
+  lookaheadFrames?: number;
+  /**
+   * The provisional estimate is kept while the session's estimate stays
+   * within this distance of it (Euclidean, over the cepstral coefficients);
+   * beyond, the utterance is searched again from its start with the newer
+   * estimate, at the latest when the bootstrap or the utterance ends.
+   */
+  researchDistance?: number;
+  /** Before the bootstrap ends, a new search from the start waits until the utterance has grown this many times since the last. */
+  researchGrowth?: number;
+}
+
+/** Measured in docs/decisions.md ("The first utterance is searched while it is spoken"). */
+export const DEFAULT_CMN: Required<CmnSettings> = {
+  bootstrapFrames: 300,
+  priorFrames: 10,
+  window: 3000,
+  lookaheadFrames: 50,
+  researchDistance: 8,
+  researchGrowth: 2,
+};
+
 export interface RemoteWorkerConfig {
   /** Stable id used in X-Worker-Id and for pinning (`worker_id`). */
   id: string;
@@ -112,7 +147,7 @@ export const SPHINXBASE_LIBRARY = 'libsphinxbase.so.3';
 /** More decoder arguments: skip the flat-lexicon second pass. */
 export const POCKETSPHINX_ARGS = ['-fwdflat', 'no'];
 /** Decoder arguments of the streaming form, after POCKETSPHINX_ARGS (bounds on the search per frame). */
-export const STREAM_DECODER_ARGS = ['-maxhmmpf', '3000'];
+export const STREAM_DECODER_ARGS = ['-maxhmmpf', '6000'];
 /** Longest wait of a built-in request for a free decoder. */
 export const BUILTIN_QUEUE_TIMEOUT_MS = 60_000;
 /** Remote pool: how often and how patiently each worker's /health is checked. */

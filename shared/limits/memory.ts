@@ -56,6 +56,14 @@ export class MemoryLimits implements LimitsDriver {
     return Promise.resolve(this.live(scope, owner).size);
   }
 
+  steadyForMs(): number {
+    return Infinity;
+  }
+
+  onRecovered(): () => void {
+    return () => {};
+  }
+
   ping(): Promise<boolean> {
     return Promise.resolve(true);
   }

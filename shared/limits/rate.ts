@@ -53,7 +53,8 @@ export class RateLimiters {
    * while the count stays within the limit (`splitDecision`).
    */
   consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision> {
-    if (perMinute <= 0) return Promise.resolve({ allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 });
+    if (perMinute <= 0)
+      return Promise.resolve({ allowed: false, retryAfterMs: 60_000, remaining: 0, limit: 0 });
     const id = `${bucket}:${perMinute}:${owner}`;
     let batch = this.pending.get(id);
     if (!batch) {

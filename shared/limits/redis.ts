@@ -35,9 +35,24 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])`;
 
+/**
+ * How long one Redis command may take before it fails: a frozen Redis
+ * (SIGSTOP, `CLIENT PAUSE`, a stalled network) keeps its connection open, so
+ * without a bound every request would wait for the whole freeze. Rates then
+ * fall back to the instance's own count; lease calls are refused.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+/** How often the driver checks Redis by itself, so a blip is seen even by an idle instance. */
+export const REDIS_HEARTBEAT_MS = 500;
+
 export class RedisLimits implements LimitsDriver {
   readonly kind = 'redis' as const;
   private readonly rates: RateLimiters;
+  private troubleAt = -Infinity;
+  /** Set by trouble; the first call that succeeds after it tells the recovery listeners. */
+  private troubled = false;
+  private readonly recovered = new Set<() => void>();
+  private heartbeat: NodeJS.Timeout | undefined;
 
   constructor(
     readonly redis: Redis,
@@ -45,6 +60,8 @@ export class RedisLimits implements LimitsDriver {
     private readonly ownsClient = false,
   ) {
     this.rates = new RateLimiters(redis, prefix);
+    // A dropped connection (a restarted Redis has lost every lease) counts as trouble.
+    for (const event of ['close', 'reconnecting', 'end']) redis.on(event, this.trouble);
   }
 
   static connect(url: string, prefix = 'stt:'): RedisLimits {
@@ -53,11 +70,47 @@ export class RedisLimits implements LimitsDriver {
       maxRetriesPerRequest: 1,
       enableOfflineQueue: true,
       connectTimeout: 2000,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+      // Reconnect within half a second of Redis coming back (ioredis's default backs off to 2 s).
+      retryStrategy: (times: number) => Math.min(times * 100, 500),
       enableAutoPipelining: true,
     });
     // Connection errors are reported by the commands that fail; avoid unhandled 'error' events.
     redis.on('error', () => {});
-    return new RedisLimits(redis, prefix, true);
+    const limits = new RedisLimits(redis, prefix, true);
+    limits.heartbeat = setInterval(() => void limits.ping(), REDIS_HEARTBEAT_MS);
+    limits.heartbeat.unref();
+    return limits;
+  }
+
+  private readonly trouble = () => {
+    this.troubleAt = performance.now();
+    this.troubled = true;
+  };
+
+  /** Runs a store call, noting a failure as trouble and the first success after trouble as recovery. */
+  private async call<T>(fn: () => Promise<T>): Promise<T> {
+    let result: T;
+    try {
+      result = await fn();
+    } catch (err) {
+      this.trouble();
+      throw err;
+    }
+    if (this.troubled) {
+      this.troubled = false;
+      for (const cb of this.recovered) cb();
+    }
+    return result;
+  }
+
+  onRecovered(cb: () => void): () => void {
+    this.recovered.add(cb);
+    return () => this.recovered.delete(cb);
+  }
+
+  steadyForMs(): number {
+    return performance.now() - this.troubleAt;
   }
 
   private leaseKey(scope: string, owner: string): string {
@@ -69,42 +122,37 @@ export class RedisLimits implements LimitsDriver {
   }
 
   async acquireLease(req: LeaseRequest): Promise<boolean> {
-    const r = await this.redis.eval(
-      ACQUIRE,
-      1,
-      this.leaseKey(req.scope, req.owner),
-      req.leaseId,
-      req.max,
-      req.ttlMs,
-    );
+    const key = this.leaseKey(req.scope, req.owner);
+    const r = await this.call(() => this.redis.eval(ACQUIRE, 1, key, req.leaseId, req.max, req.ttlMs));
     return r === 1;
   }
 
   async renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
-    return (await this.redis.eval(RENEW, 1, this.leaseKey(scope, owner), leaseId, ttlMs)) === 1;
+    const key = this.leaseKey(scope, owner);
+    return (await this.call(() => this.redis.eval(RENEW, 1, key, leaseId, ttlMs))) === 1;
   }
 
   async releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {
-    await this.redis.zrem(this.leaseKey(scope, owner), leaseId);
+    await this.call(() => this.redis.zrem(this.leaseKey(scope, owner), leaseId));
   }
 
   async countLeases(scope: string, owner: string): Promise<number> {
-    return Number(await this.redis.eval(COUNT, 1, this.leaseKey(scope, owner)));
+    return Number(await this.call(() => this.redis.eval(COUNT, 1, this.leaseKey(scope, owner))));
   }
 
   async ping(): Promise<boolean> {
     try {
-      const pong = await Promise.race([
-        this.redis.ping(),
-        new Promise((r) => setTimeout(r, 1000, 'timeout').unref()),
-      ]);
-      return pong === 'PONG';
+      const pong = await this.call(() => this.redis.ping());
+      if (pong === 'PONG') return true;
+      this.trouble();
+      return false;
     } catch {
       return false;
     }
   }
 
   close(): Promise<void> {
+    clearInterval(this.heartbeat);
     if (this.ownsClient) this.redis.disconnect();
     return Promise.resolve();
   }

@@ -43,5 +43,14 @@ export interface LimitsDriver {
   countLeases(scope: string, owner: string): Promise<number>;
   /** True when the backing store answers (always true in memory). */
   ping(): Promise<boolean>;
+  /**
+   * Milliseconds since the store last failed a call, missed a heartbeat or
+   * lost its connection (Infinity when it never did; always Infinity in
+   * memory). Leases are only trusted once the store has been steady for a
+   * renewal interval: every holder has then renewed (or re-taken) its own.
+   */
+  steadyForMs(): number;
+  /** Calls `cb` when the store answers again after trouble (never, in memory); returns the unsubscribe. */
+  onRecovered(cb: () => void): () => void;
   close(): Promise<void>;
 }

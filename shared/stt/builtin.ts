@@ -15,7 +15,7 @@
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { SpeechConfig } from '../config/speech.js';
-import { FRAME_SECONDS, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/decoder.js';
+import { FRAME_SECONDS, SAMPLE_RATE, gridSkip, type RecognizedWord } from './pocketsphinx/decoder.js';
 import type { CloseRequest, DecodeJob, ThreadMessage } from './pocketsphinx/thread.js';
 import { buildTranscript } from './transcript.js';
 import { normalizeLanguage } from './language.js';
@@ -160,9 +160,12 @@ export class BuiltinEngine implements SpeechEngine {
     }
     const decodeTimeoutMs = this.cfg.timeoutBaseMs + this.cfg.timeoutPerAudioSecondMs * seconds;
     const abort = new SharedArrayBuffer(4);
+    const skip = gridSkip(req.streamPosition);
+    const pcm = skip > 0 && req.pcm.length > skip * 2 ? req.pcm.subarray(skip * 2) : req.pcm;
+    const offset = pcm === req.pcm ? 0 : skip / SAMPLE_RATE;
     const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number; thread: number }>(
       (resolve, reject) => {
-        const job: Job = { id: this.nextId++, pcm: req.pcm, pinned, abort, resolve, reject };
+        const job: Job = { id: this.nextId++, pcm, pinned, abort, resolve, reject };
         const giveUp = (err: Error) => {
           Atomics.store(new Int32Array(abort), 0, 1);
           const i = this.queue.indexOf(job);
@@ -208,8 +211,8 @@ export class BuiltinEngine implements SpeechEngine {
     );
     const words = out.words.map((w) => ({
       word: w.word,
-      start: w.startFrame * FRAME_SECONDS,
-      end: (w.endFrame + 1) * FRAME_SECONDS,
+      start: offset + w.startFrame * FRAME_SECONDS,
+      end: offset + (w.endFrame + 1) * FRAME_SECONDS,
       confidence: w.confidence,
     }));
     return {

@@ -9,7 +9,7 @@
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { SpeechConfig } from '../config/speech.js';
-import { FRAME_SECONDS, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/decoder.js';
+import { FRAME_SECONDS, gridSkip, SAMPLE_RATE, type RecognizedWord } from './pocketsphinx/decoder.js';
 import type { FromStreamThread, StreamThreadData, ToStreamThread } from './pocketsphinx/streamThread.js';
 import { normalizeLanguage } from './language.js';
 import { buildTranscript } from './transcript.js';
@@ -147,7 +147,7 @@ export class StreamingPool {
           this.fallbacks++;
           return null;
         }
-        return this.begin(home, stream);
+        return this.begin(home, stream, gridSkip(opts.streamPosition));
       },
       close: () => {
         if (closed) return;
@@ -163,8 +163,10 @@ export class StreamingPool {
     if (!lane.exited) lane.worker.postMessage(m, transfer);
   }
 
-  private begin(lane: Lane, stream: { id: number; active: number }): StreamingUtterance {
+  private begin(lane: Lane, stream: { id: number; active: number }, skip: number): StreamingUtterance {
     const utt = this.nextUtt++;
+    /** Bytes still to drop from the front (the utterance aligned to the stream's frame grid). */
+    let toSkip = skip * 2;
     if (stream.active++ === 0) lane.busy++;
     let bytes = 0;
     let state: 'open' | 'finishing' | 'done' = 'open';
@@ -175,7 +177,9 @@ export class StreamingPool {
     };
     this.post(lane, { type: 'begin', utt, stream: stream.id });
     return {
-      push: (pcm) => {
+      push: (whole) => {
+        const pcm = toSkip > 0 ? whole.subarray(Math.min(toSkip, whole.length)) : whole;
+        toSkip -= whole.length - pcm.length;
         if (state !== 'open' || pcm.length < 2) return;
         // Copied into a transferable buffer (the caller's may be a view on a pooled slab).
         const copy = new ArrayBuffer(pcm.length - (pcm.length % 2));
@@ -192,7 +196,8 @@ export class StreamingPool {
         if (state !== 'open')
           throw new SpeechError('The utterance was already finished.', 'transcription_failed');
         state = 'finishing';
-        const seconds = bytes / 2 / SAMPLE_RATE;
+        const offset = skip / SAMPLE_RATE;
+        const seconds = bytes / 2 / SAMPLE_RATE + offset;
         const limitMs = this.cfg.timeoutBaseMs + this.cfg.timeoutPerAudioSecondMs * seconds;
         try {
           const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number }>((resolve, reject) => {
@@ -226,8 +231,8 @@ export class StreamingPool {
           });
           const words = out.words.map((w) => ({
             word: w.word,
-            start: w.startFrame * FRAME_SECONDS,
-            end: (w.endFrame + 1) * FRAME_SECONDS,
+            start: offset + w.startFrame * FRAME_SECONDS,
+            end: offset + (w.endFrame + 1) * FRAME_SECONDS,
             confidence: w.confidence,
           }));
           const result: TranscribeResult = {

@@ -10,7 +10,6 @@ const SEGMENT_PAUSE_SECONDS = 0.5;
 /** Segments are cut before they grow longer than this (subtitle-sized). */
 const SEGMENT_MAX_SECONDS = 10;
 
-
 export function groupSegments(words: TranscriptWord[]): TranscriptSegment[] {
   const segments: TranscriptSegment[] = [];
   let current: TranscriptWord[] = [];

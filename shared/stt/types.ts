@@ -22,6 +22,14 @@ export interface TranscribeRequest {
    * decode limit scales with the audio already).
    */
   attemptTimeoutMs?: number;
+  /**
+   * Where the first sample lies in the caller's stream (samples from its
+   * start): a realtime utterance cut out of a session. An engine that frames
+   * audio on a fixed grid (the built-in one: 10 ms) aligns the utterance to
+   * the stream's grid, so the words depend on the audio only, not on where
+   * the cut fell (the lead-in before it). Times stay relative to `pcm`.
+   */
+  streamPosition?: number;
 }
 
 export interface TranscriptSegment {
@@ -68,7 +76,10 @@ export interface SpeechStream {
    * Starts an utterance on a pooled decoder; null when none is free or the
    * language is not one the stream serves: the caller uses the clip form.
    */
-  begin(opts: { language?: string }): StreamingUtterance | null;
+  begin(opts: {
+    language?: string;
+    /** As TranscribeRequest.streamPosition. */ streamPosition?: number;
+  }): StreamingUtterance | null;
   close(): void;
 }
 

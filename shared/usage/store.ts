@@ -10,6 +10,7 @@
  * - `lapseExpired` closes live rows whose lease ran out (their process died):
  *   their last checkpoint is what is billed.
  */
+import { billedInWindow } from './budget.js';
 import type { Knex } from 'knex';
 
 export type Plane = 'segment' | 'realtime' | 'batch';
@@ -140,12 +141,7 @@ export async function lapseExpired(db: Knex): Promise<Closed[]> {
 
 /** Audio seconds billed to a key within the last `windowSeconds`, live sessions' checkpoints included. */
 export async function windowUsage(db: Knex, keyId: string, windowSeconds: number): Promise<number> {
-  const row = await db('usage_events')
-    .where('key_id', keyId)
-    .andWhere('created_at', '>', db.raw(`now() - make_interval(secs => ?)`, [windowSeconds]))
-    .sum<{ total: string | null }>('audio_seconds as total')
-    .first();
-  return Number(row?.total ?? 0);
+  return (await billedInWindow(db, [keyId], windowSeconds)).get(keyId) ?? 0;
 }
 
 /**

@@ -7,8 +7,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
+import PgBoss from 'pg-boss';
 import request from 'supertest';
-import { tenantStore } from '../../shared/storage/index.js';
+import { tenantStore } from '../../api/batch/storage/index.js';
+import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import {
   buildRecording,
   createBatchTestApp,
@@ -149,5 +151,58 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     // The killed run's copy of the audio went when the next run started; the finished run removed its own.
     const tmp = path.join(t.dataDir, 'tmp', 'batch');
     expect((fs.existsSync(tmp) ? fs.readdirSync(tmp) : []).filter((n) => n.startsWith(id))).to.deep.equal([]);
+  });
+});
+
+describe('batch: a job whose worker died before taking the lease (pg-boss stately queue)', function () {
+  this.timeout(60_000);
+  let t: BatchTestApp;
+  let boss: PgBoss | undefined;
+
+  before(async () => {
+    // Submissions and the sweeper only; the dead worker is a pg-boss client of this test.
+    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
+    await t.runtime.start({ workers: false });
+  });
+  after(async () => {
+    await boss?.stop({ graceful: false, wait: true }).catch(() => {});
+    await t?.close();
+  });
+
+  it('the sweeper closes that job through pg-boss by its id, so a new job for the workflow starts', async () => {
+    const key = (await issueKey(t, { ownerId: 'tenant-dead-job', plan: 'pro' })).key;
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: 'http://127.0.0.1:9/never-fetched.wav', request_id: randomId('dead-job') });
+    expect(sub.status).to.equal(202);
+    const id = sub.body.workflow_id as string;
+    const sent = await t.runtime.repo.jobId(id);
+    expect(sent, 'the sent job is kept on the workflow').to.match(/^[0-9a-f-]{36}$/);
+
+    // A worker fetches the job (it turns active) and dies before it takes the workflow's lease.
+    boss = new PgBoss({ connectionString: t.db.url, schema: t.config.batch.pgBossSchema, supervise: false });
+    boss.on('error', () => {});
+    await boss.start();
+    const [dead] = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
+    expect(dead.id).to.equal(sent);
+    expect(dead.data.workflowId).to.equal(id);
+    expect(await t.runtime.sweep(), 'not stale yet').to.equal(0);
+
+    // Long queued, so the sweeper takes it for lost.
+    await t.deps
+      .db('batch_workflows')
+      .where({ id })
+      .update({ created_at: t.deps.db.raw("now() - interval '1 hour'") });
+    expect(await t.runtime.sweep()).to.equal(1);
+    expect((await boss.getJobById(WORKFLOW_QUEUE, dead.id))?.state).to.equal('completed');
+    const next = await t.runtime.repo.jobId(id);
+    expect(next).to.be.a('string').and.not.equal(dead.id);
+    // A second sweep leaves the queued job alone (completing touches active jobs only) and sends none.
+    expect(await t.runtime.sweep()).to.equal(1);
+    expect(await t.runtime.repo.jobId(id)).to.equal(next);
+    expect((await boss.getJobById(WORKFLOW_QUEUE, next!))?.state).to.equal('created');
+    const started = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
+    expect(started.map((j) => [j.id, j.data.workflowId])).to.deep.equal([[next, id]]);
   });
 });

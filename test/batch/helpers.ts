@@ -1,6 +1,6 @@
 /**
  * Batch test fixtures: an app with the batch routes and runtime on its own
- * database, test recordings built from ../shared/test-audio with sox, and a
+ * database, test recordings built from test/audio with sox, and a
  * loopback HTTP server that serves them (and records webhook calls).
  */
 import { execFileSync } from 'node:child_process';
@@ -17,7 +17,7 @@ import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import type { ConfigOverrides } from '../../shared/config/index.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const audioDir = path.resolve(repoRoot, '../shared/test-audio');
+export const audioDir = path.resolve(repoRoot, 'test/audio');
 
 export const REFS: Record<string, string> = Object.fromEntries(
   fs

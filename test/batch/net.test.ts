@@ -2,7 +2,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
-import { AddressPolicy, isPublicAddress, OutboundClient, OutboundError } from '../../shared/net/index.js';
+import { AddressPolicy, isPublicAddress, OutboundClient, OutboundError } from '../../api/batch/net/index.js';
 
 async function expectCode(p: Promise<unknown>, code: string): Promise<void> {
   try {

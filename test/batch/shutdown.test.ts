@@ -8,7 +8,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
 import { BatchRuntime } from '../../api/batch/runtime.js';
-import { tenantStore } from '../../shared/storage/index.js';
+import { tenantStore } from '../../api/batch/storage/index.js';
 import {
   buildRecording,
   createBatchTestApp,

@@ -10,11 +10,11 @@ import {
   FRAME_SECONDS,
   planSlices,
   splitUtterances,
-} from '../../api/batch/slicing.js';
+} from '../../shared/audio/slicing.js';
 import { RemoteReviewer } from '../../api/batch/review/llm.js';
 import { annotateChunkOffline, correctOffline } from '../../api/batch/review/offline.js';
 import { levenshtein, phoneticKey } from '../../api/batch/review/text.js';
-import { Semaphore } from '../../api/batch/run/semaphore.js';
+import { Semaphore } from '../../shared/semaphore.js';
 import { aggregate } from '../../api/batch/steps/aggregate.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';

@@ -12,7 +12,7 @@ import {
   S3ArtifactStore,
   assertSafeKey,
   tenantStore,
-} from '../../shared/storage/index.js';
+} from '../../api/batch/storage/index.js';
 import request from 'supertest';
 import { audioDir, createBatchTestApp, issueKey, startFileServer, tmpDir, waitFor } from './helpers.js';
 

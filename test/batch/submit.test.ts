@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import { expect } from 'chai';
 import request from 'supertest';
-import { tenantStore } from '../../shared/storage/index.js';
+import { tenantStore } from '../../api/batch/storage/index.js';
 import { compile } from '../../api/http/validate.js';
 import { jobRequestSchema } from '../../api/batch/schemas.js';
 import {

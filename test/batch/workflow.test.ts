@@ -12,7 +12,7 @@ import { Webhook } from 'standardwebhooks';
 import { ajv } from '../../api/http/validate.js';
 import { workflowStatusSchema } from '../../api/batch/schemas.js';
 import { seriesValue } from '../helpers/metrics.js';
-import { tenantStore } from '../../shared/storage/index.js';
+import { tenantStore } from '../../api/batch/storage/index.js';
 import {
   audioDir,
   buildRecording,

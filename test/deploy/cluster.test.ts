@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { Webhook } from 'standardwebhooks';
 import { createDb } from '../../shared/db/index.js';
-import { createArtifactStore, tenantStore } from '../../shared/storage/index.js';
+import { createArtifactStore, tenantStore } from '../../api/batch/storage/index.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
 import { REALTIME_ENV, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';

@@ -5,7 +5,7 @@
  * (API, embedded start) as children whose logs are kept for assertions.
  * The machine's Postgres and Redis are never touched.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -15,10 +15,10 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createLogger } from '../../shared/logger.js';
 import { BUILTIN_PLANS } from '../../shared/plans.js';
-import { startEmbeddedPostgres, type RunningPostgres } from '../../shared/embedded/postgres.js';
+import { startEmbeddedPostgres, type RunningPostgres } from '../../scripts/embedded/postgres.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const AUDIO_DIR = path.resolve(ROOT, '../shared/test-audio');
+export const AUDIO_DIR = path.resolve(ROOT, 'test/audio');
 export const ADMIN_TOKEN = 'faults-admin-' + randomBytes(8).toString('hex');
 
 export async function freePort(): Promise<number> {
@@ -139,9 +139,24 @@ export class OwnRedis {
     const child = this.child;
     this.child = undefined;
     if (!child || child.exitCode !== null) return;
+    child.kill('SIGCONT'); // a frozen process is killed too
     const exited = new Promise((r) => child.once('exit', r));
     child.kill('SIGKILL');
     await exited;
+  }
+
+  /** Freezes the server (SIGSTOP): connections stay open, nothing is answered. */
+  freeze(): void {
+    this.child?.kill('SIGSTOP');
+  }
+
+  thaw(): void {
+    this.child?.kill('SIGCONT');
+  }
+
+  /** `CLIENT PAUSE ms ALL`: the server holds every client's commands for `ms`. */
+  pause(ms: number): void {
+    execFileSync('redis-cli', ['-p', String(this.port), 'CLIENT', 'PAUSE', String(ms), 'ALL']);
   }
 }
 

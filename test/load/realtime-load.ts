@@ -1,6 +1,6 @@
 /**
  * Realtime load generator: N clients each stream real speech (the clips of
- * ../shared/test-audio, joined with pauses) in 100 ms binary frames at
+ * test/audio, joined with pauses) in 100 ms binary frames at
  * real-time pace for a bounded time, then close 1000. Prints connect time and
  * completion latency percentiles. Loopback targets only; stops by itself.
  *
@@ -13,12 +13,12 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-// ../shared beside the repository, from test/load or, compiled, from dist/test/load.
+// test/audio, from test/load or, compiled, from dist/test/load.
 const AUDIO_DIR =
   [
-    path.resolve(here, '../../../shared/test-audio'),
-    path.resolve(here, '../../../../shared/test-audio'),
-  ].find((d) => fs.existsSync(d)) ?? path.resolve(here, '../../../shared/test-audio');
+    path.resolve(here, '../audio'),
+    path.resolve(here, '../../../test/audio'),
+  ].find((d) => fs.existsSync(d)) ?? path.resolve(here, '../audio');
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];

@@ -243,3 +243,23 @@ describe('admin API', () => {
     });
   });
 });
+
+describe('admin API: wrong tokens are throttled per client address', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await createTestApp({ ADMIN_AUTH_FAILURES_PER_MINUTE: '5' });
+  });
+  after(() => t.close());
+
+  it('answers 401 for the first wrong tokens, then 429 with Retry-After, even for the right token', async () => {
+    for (let i = 0; i < 5; i++)
+      await request(t.server).get(KEYS).set('Authorization', `Bearer wrong-${i}`).expect(401);
+    const r = await request(t.server).get(KEYS).set('Authorization', 'Bearer wrong-again').expect(429);
+    expect(r.body.ok).to.equal(false);
+    expect(r.body.error.code).to.equal('rate_limit_exceeded');
+    expect(Number(r.headers['retry-after'])).to.be.within(1, 60);
+    // The right token does not help a throttled address (a guesser learns nothing from the answers).
+    await request(t.server).get(KEYS).set(admin).expect(429);
+    await request(t.server).get('/v1/external-transcription/owners/acme/usage').set(admin).expect(429);
+  });
+});

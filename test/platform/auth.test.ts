@@ -273,3 +273,24 @@ describe('session token encoding', () => {
     }
   });
 });
+
+describe('session token signatures are checked exactly', () => {
+  it('refuses every non-canonical spelling of a valid signature (padding, junk, standard base64)', () => {
+    const { token, claims } = issueSessionToken('secret', 'key_exact', 60);
+    expect(verifySessionToken('secret', token)).to.deep.equal(claims);
+    const dot = token.indexOf('.');
+    const sig = token.slice(dot + 1);
+    const head = token.slice(0, dot + 1);
+    const variants = [
+      token + '=',
+      token + '==',
+      token + '!!',
+      head + sig.slice(0, 10) + '!' + sig.slice(10),
+      head + ' ' + sig,
+      head + sig.replace(/-/g, '+').replace(/_/g, '/') + (/[-_]/.test(sig) ? '' : '+'),
+      head + sig + 'A',
+      head + sig.slice(0, -1),
+    ];
+    for (const v of variants) expect(verifySessionToken('secret', v), v).to.equal(null);
+  });
+});

@@ -85,9 +85,16 @@ describe('public endpoints, docs and request handling', () => {
   it('answers unknown routes and methods with JSON errors', async () => {
     const res = await request(t.server).get('/no/such/thing').expect(404).expect('Content-Type', /json/);
     expect(res.body.error).to.include({ code: 'not_found' });
-    const m = await request(t.server).put('/health').expect('Content-Type', /json/);
-    expect(m.status).to.be.oneOf([404, 405]);
-    expect(m.body.error.code).to.be.oneOf(['not_found', 'method_not_allowed']);
+    // A known path with another method is an unknown route too (interface 4, 7.2: 404 `not_found`, no 405).
+    const m = await request(t.server).put('/health').expect(404).expect('Content-Type', /json/);
+    expect(m.body.error).to.include({ code: 'not_found' });
+    expect(m.headers).to.not.have.property('allow');
+    const admin = await request(t.server)
+      .put('/v1/external-transcription/keys')
+      .set('Authorization', `Bearer ${ADMIN_TOKEN}`)
+      .expect(404);
+    expect(admin.body).to.deep.include({ ok: false });
+    expect(admin.body.error).to.include({ code: 'not_found', retryable: false });
   });
 
   it('echoes a caller X-Request-Id and makes one up otherwise; the log line carries it', async () => {

@@ -2,7 +2,7 @@
  * A real realtime server for tests: its own database, real uWS, real auth and
  * limits (memory or Redis), a real speech engine (the built-in one, or real
  * engine/ worker processes through the remote pool, see upstream.ts), and a
- * real `ws` client that streams the clips of ../shared/test-audio.
+ * real `ws` client that streams the clips of test/audio.
  */
 import path from 'node:path';
 import fs from 'node:fs';
@@ -19,14 +19,14 @@ import { Authenticator, KeyStore } from '../../shared/auth/index.js';
 import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
-import { SileroPool } from '../../shared/vad/silero.js';
-import { InlineVad, type VadService } from '../../shared/vad/service.js';
+import { SileroPool } from '../../realtime/vad/silero.js';
+import { InlineVad, type VadService } from '../../realtime/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
 import { UsageLedger } from '../../shared/usage.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const AUDIO_DIR = path.resolve(repoRoot, '../shared/test-audio');
+export const AUDIO_DIR = path.resolve(repoRoot, 'test/audio');
 export const SESSION_SECRET = 'rt-test-secret-' + randomBytes(6).toString('hex');
 
 /** 16 kHz mono PCM16LE samples of a WAV clip (data chunk located by its header). */

@@ -71,7 +71,7 @@ describe('realtime protocol, real engine worker', function () {
       return { c, keyId: id };
     }
 
-    it('sends session.created at once with every field of 2.7, remaining audio from real usage', async () => {
+    it('sends session.created at once with every field of 2.7, remaining audio from real usage (what the session may use)', async () => {
       const { key, id } = await ctx.issueKey('free');
       await ctx
         .db('usage_events')
@@ -87,7 +87,8 @@ describe('realtime protocol, real engine worker', function () {
         max_concurrent_utterances: 2,
         max_session_seconds: 900,
         idle_timeout_seconds: 60,
-        remaining_audio_seconds: 3500,
+        // The window has 3,500 s left; a free session may use at most 900 of them.
+        remaining_audio_seconds: 900,
       });
       c.ws.close(1000);
       await c.closed;

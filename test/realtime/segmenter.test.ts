@@ -8,8 +8,8 @@ import {
   WINDOW_BYTES,
   type SegmenterEvent,
   type SegmenterSettings,
-} from '../../shared/vad/segmenter.js';
-import type { WindowClassifier } from '../../shared/vad/silero.js';
+} from '../../realtime/vad/segmenter.js';
+import type { WindowClassifier } from '../../realtime/vad/silero.js';
 
 const BASE: SegmenterSettings = {
   vad: true,

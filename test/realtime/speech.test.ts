@@ -1,5 +1,5 @@
 /**
- * Real speech end to end: the clips of ../shared/test-audio streamed into the
+ * Real speech end to end: the clips of test/audio streamed into the
  * realtime tier (silero VAD, built-in PocketSphinx engine), at real-time pace
  * and faster. The words that come back are the segment endpoint's words for
  * the same audio, and close to the references.
@@ -7,14 +7,15 @@
 import { expect } from 'chai';
 import request from 'supertest';
 import { pcmToWav } from '../../shared/audio/index.js';
+import { gridSkip } from '../../shared/stt/pocketsphinx/decoder.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import { loadConfig } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
 import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../shared/stt/types.js';
-import { Segmenter } from '../../shared/vad/segmenter.js';
-import { pushThrough } from '../../shared/vad/rounds.js';
-import { ThreadedVad } from '../../shared/vad/service.js';
+import { Segmenter } from '../../realtime/vad/segmenter.js';
+import { pushThrough } from '../../realtime/vad/rounds.js';
+import { ThreadedVad } from '../../realtime/vad/service.js';
 import {
   createRealtimeContext,
   connect,
@@ -115,13 +116,15 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
       expect(ev.language).to.equal('en');
       expect(ev.latency_ms).to.be.lessThan(30_000);
     }
-    // Each utterance's audio, sent to the segment endpoint as a WAV, gives the same words.
+    // Each utterance's audio, sent to the segment endpoint as a WAV, gives the same words (from where the
+    // engine's frames start: the utterance is aligned to the session's 10 ms grid, streamPosition).
     expect(seen.length).to.equal(done.length);
     for (const { req, res } of seen) {
+      expect(req.streamPosition, 'the realtime tier says where the utterance lies').to.be.a('number');
       const segment = await request(api.server)
         .post('/v1/audio/transcriptions')
         .set('Authorization', `Bearer ${apiKey}`)
-        .attach('file', pcmToWav(req.pcm), 'utterance.wav')
+        .attach('file', pcmToWav(req.pcm.subarray(gridSkip(req.streamPosition) * 2)), 'utterance.wav')
         .field('language', 'en')
         .field('response_format', 'json');
       expect(segment.status, JSON.stringify(segment.body)).to.equal(200);

@@ -12,7 +12,7 @@ import { isNativeUws, loadUws } from '../../realtime/uws.js';
 import { startApi } from '../../api/server.js';
 import { createTestApp } from '../helpers/app.js';
 import { loadConfig } from '../../shared/config/index.js';
-import { ThreadedVad } from '../../shared/vad/service.js';
+import { ThreadedVad } from '../../realtime/vad/service.js';
 import {
   createRealtimeContext,
   connect,
@@ -227,7 +227,11 @@ describe('realtime upgrade', function () {
     const anonymous = await refused(ctx.url);
     expect(anonymous.status).to.equal(503);
     expect(anonymous.body.error.code).to.equal('upstream_unavailable');
-    expect((await fetch(`${ctx.base}/readyz`)).status).to.be.oneOf([200, 503]);
+    // Upgrades are refused, so the instance cannot accept realtime traffic: 503 (interface 4.2).
+    const ready = await fetch(`${ctx.base}/readyz`);
+    const readyBody = await ready.json();
+    expect(ready.status, JSON.stringify(readyBody)).to.equal(503);
+    expect(readyBody.ok).to.equal(false);
     const openedAt = Date.now();
     await upstream.restartWorker(); // a supervisor brings a fresh worker up
     await new Promise((res) => setTimeout(res, Math.max(0, 1600 - (Date.now() - openedAt))));
@@ -280,6 +284,22 @@ describe('realtime upgrade', function () {
       expect(r).to.deep.equal({ status: 503, upstream: false });
     });
     expect(await eventually(ready, (x) => x.upstream, 10_000)).to.deep.equal({ status: 200, upstream: true });
+  });
+
+  it('answers 503 auth_unavailable with Retry-After while the key store (Postgres) is unreachable', async () => {
+    // A second realtime instance whose database is a port where nothing listens.
+    const down = await createRealtimeContext({
+      engine: upstream.engine,
+      testDb: { name: 'unreachable', url: 'postgres://postgres@127.0.0.1:1/none', drop: async () => {} },
+    });
+    try {
+      const r = await refused(down.url, { authorization: 'Bearer sk-' + 'a'.repeat(48) });
+      expect(r.status).to.equal(503);
+      expect(r.body.error.code).to.equal('auth_unavailable');
+      expect(r.headers['retry-after'], 'every dependency refusal says when to retry').to.match(/^\d+$/);
+    } finally {
+      await down.close();
+    }
   });
 
   it('answers 503 gateway_disabled when the gateway is disabled (checked before auth)', async () => {

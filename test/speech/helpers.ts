@@ -1,6 +1,6 @@
 /**
  * Shared pieces of the speech tests and benchmarks: the test clips and their
- * references (../shared/test-audio beside the repository), word error rate,
+ * references (test/audio), word error rate,
  * ffmpeg-made variants of a clip, and real engine/ worker processes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { canonicalWavSamples } from '../../shared/audio/index.js';
 
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const AUDIO_DIR = path.resolve(REPO_ROOT, '../shared/test-audio');
+export const AUDIO_DIR = path.resolve(REPO_ROOT, 'test/audio');
 
 export interface Clip {
   file: string;

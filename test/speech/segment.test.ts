@@ -122,11 +122,14 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
       expectError(res, 401, 'missing_api_key');
     });
 
-    it('400 invalid_content_type for bodies that are not multipart (JSON goes to the batch plane if it is there)', async () => {
+    it('400 invalid_content_type for bodies that are not multipart; JSON is the deprecated job submission (4.4)', async () => {
       expectError(await post().set('Content-Type', 'text/plain').send('hello'), 400, 'invalid_content_type');
+      // A JSON body is the batch plane's submission: without `audio_url` a batch 400, `{error: string}` (7.2).
       const json = await post().send({ hello: 'world' });
-      expect(json.status).to.be.oneOf([400, 401]);
-      if (typeof json.body.error === 'object') expect(json.body.error.code).to.equal('invalid_content_type');
+      expect(json.status, JSON.stringify(json.body)).to.equal(400);
+      expect(json.body.error).to.be.a('string').and.include('audio_url');
+      expect(json.headers.deprecation).to.equal('true');
+      expect(json.headers.link).to.include('</v1/audio/transcriptions/jobs>');
     });
 
     it('400 missing_file, invalid_audio, invalid_response_format, unsupported_language, unknown_worker', async () => {

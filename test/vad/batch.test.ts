@@ -1,8 +1,8 @@
 /**
- * Batched silero (shared/vad/silero.ts, thread.ts): the windows of many
+ * Batched silero (realtime/vad/silero.ts, thread.ts): the windows of many
  * streams classified by one model call give the same utterances as one
  * stream at a time in the caller's thread, on the real clips of
- * ../shared/test-audio with the real model.
+ * test/audio with the real model.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -10,12 +10,12 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { loadConfig } from '../../shared/config/index.js';
 import { canonicalWavSamples } from '../../shared/audio/index.js';
-import { Segmenter, type SegmenterEvent, type SegmenterSettings } from '../../shared/vad/segmenter.js';
-import { SileroPool, WINDOW_SAMPLES } from '../../shared/vad/silero.js';
-import { InlineVad, ThreadedVad, type VadEvent, type VadService } from '../../shared/vad/service.js';
-import { pushThrough } from '../../shared/vad/rounds.js';
+import { Segmenter, type SegmenterEvent, type SegmenterSettings } from '../../realtime/vad/segmenter.js';
+import { SileroPool, WINDOW_SAMPLES } from '../../realtime/vad/silero.js';
+import { InlineVad, ThreadedVad, type VadEvent, type VadService } from '../../realtime/vad/service.js';
+import { pushThrough } from '../../realtime/vad/rounds.js';
 
-const AUDIO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../shared/test-audio');
+const AUDIO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../audio');
 const silence = (ms: number) => Buffer.alloc(Math.round(ms * 16) * 2);
 const clips = fs
   .readdirSync(AUDIO_DIR)

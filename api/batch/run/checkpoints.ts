@@ -3,9 +3,9 @@
  * as soon as it exists and is never transcribed again while its checkpoint
  * matches the audio (sha256 of the decoded samples) and the slice bounds.
  */
-import type { ArtifactStore } from '../../../shared/storage/index.js';
+import type { ArtifactStore } from '../storage/index.js';
 import type { ArtifactKeys } from '../artifacts.js';
-import type { Slice } from '../slicing.js';
+import type { Slice } from '../../../shared/audio/slicing.js';
 import type { ChunkCheckpoint } from '../types.js';
 
 /** The stored checkpoints that still hold for these slices of this audio, by chunk index. */

@@ -2,7 +2,7 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { ArtifactStore } from '../../../shared/storage/index.js';
+import type { ArtifactStore } from '../storage/index.js';
 import type { ArtifactKeys } from '../artifacts.js';
 
 /**

@@ -2,14 +2,14 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { BatchConfig } from '../../../shared/config/batch.js';
-import type { OutboundClient } from '../../../shared/net/index.js';
-import type { ArtifactStore } from '../../../shared/storage/index.js';
+import type { OutboundClient } from '../net/index.js';
+import type { ArtifactStore } from '../storage/index.js';
 import type { SpeechEngine } from '../../../shared/stt/types.js';
 import type { UsageLedger } from '../../../shared/usage.js';
 import type { ArtifactKeys } from '../artifacts.js';
 import type { WorkflowRepo, WorkflowRow } from '../repo.js';
 import type { WorkflowParams } from '../types.js';
-import type { Semaphore } from './semaphore.js';
+import type { Semaphore } from '../../../shared/semaphore.js';
 
 export interface RunnerHooks {
   /** Called once per chunk right before it goes to the engine (tests count these). */
@@ -36,6 +36,8 @@ export interface RunnerDeps {
   engineSlots: Semaphore;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
+  /** Queue a workflow again a little later (its tenant is at its running bound). */
+  deferRun(workflowId: string): Promise<void>;
   /**
    * A run stopped because Postgres (or storage) became unreachable: the
    * workflow is neither errored nor lost; the caller queues it again once

@@ -5,12 +5,12 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { windowUsage } from '../../../shared/usage.js';
+import { UsageBudget } from '../../../shared/usage/budget.js';
 import { decodeToPcmFile, fetchAudio } from '../audio.js';
 import { PermanentError } from '../errors.js';
 import { round3 } from '../numbers.js';
 import type { RunContext } from '../run/context.js';
-import { energyEnvelopeOfFile, SAMPLE_RATE } from '../slicing.js';
+import { energyEnvelopeOfFile, SAMPLE_RATE } from '../../../shared/audio/slicing.js';
 
 export interface ProbeOutput {
   duration_seconds: number;
@@ -22,6 +22,9 @@ export interface ProbeOutput {
   decode_ms: number;
 }
 
+/** How long a batch job's budget reservation holds if nothing ends it (the job is long gone by then). */
+export const BATCH_RESERVATION_TTL_SECONDS = 24 * 3600;
+
 /** Where the decoded audio of a run is kept. */
 export const pcmFileOf = (workDir: string): string => path.join(workDir, 'audio.pcm');
 
@@ -32,6 +35,7 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
   const fetched = await fetchAudio(d.outbound, p.audio_url, source, {
     maxBytes: config.maxAudioBytes,
     timeoutMs: config.fetchTimeoutMs,
+    minRate: config.fetchMinRate,
     signal,
   });
   const pcmFile = pcmFileOf(workDir);
@@ -53,13 +57,24 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
       `The audio is longer than the plan allows per request (${p.max_audio_seconds} s).`,
     );
   }
-  // The plan's rolling audio budget covers batch jobs too (this job is billed when it completes).
+  // The plan's rolling audio budget covers batch jobs too: the job's seconds are reserved before any
+  // chunk is transcribed (a resumed run's probe replaces its own reservation), and the reservation is
+  // released when the workflow ends (workflow.ts), after it was billed.
   if (p.max_window_seconds !== undefined) {
-    const used = await windowUsage(d.db, ctx.row.key_id, d.usageWindowSeconds);
-    if (used + duration > p.max_window_seconds) {
+    const decision = await new UsageBudget(d.db, d.usageWindowSeconds).reserve(
+      {
+        plane: 'batch',
+        refId: ctx.row.id,
+        keyId: ctx.row.key_id,
+        seconds: duration,
+        ttlSeconds: BATCH_RESERVATION_TTL_SECONDS,
+      },
+      p.max_window_seconds,
+    );
+    if (!decision.ok) {
       throw new PermanentError(
         'AudioQuotaExceededError',
-        `The plan's audio budget of ${p.max_window_seconds} s per window would be exceeded (${Math.round(used)} s used, this audio ${Math.round(duration)} s).`,
+        `The plan's audio budget of ${p.max_window_seconds} s per window would be exceeded (${Math.round(decision.used)} s used, this audio ${Math.round(duration)} s).`,
       );
     }
   }

@@ -1,6 +1,6 @@
 /** Step `slice`: plans the chunks, cut in the pauses nearest every `segment_seconds`. */
 import type { RunContext } from '../run/context.js';
-import { energyEnvelopeOfFile, planSlices, type SlicePlan } from '../slicing.js';
+import { energyEnvelopeOfFile, planSlices, type SlicePlan } from '../../../shared/audio/slicing.js';
 import type { ProbeOutput } from './probe.js';
 
 export async function slice(ctx: RunContext, pcmFile: string, probed: ProbeOutput): Promise<SlicePlan> {

@@ -8,8 +8,14 @@ import type { BatchConfig } from '../../../shared/config/batch.js';
 import { readRange } from '../audio.js';
 import { runStep } from '../run/attempts.js';
 import type { RunContext } from '../run/context.js';
-import { Semaphore } from '../run/semaphore.js';
-import { energyEnvelope, SAMPLE_RATE, sliceByteRange, splitUtterances, type Slice } from '../slicing.js';
+import { Semaphore } from '../../../shared/semaphore.js';
+import {
+  energyEnvelope,
+  SAMPLE_RATE,
+  sliceByteRange,
+  splitUtterances,
+  type Slice,
+} from '../../../shared/audio/slicing.js';
 import type { ChunkCheckpoint } from '../types.js';
 import { chunkStep } from './order.js';
 import type { ProbeOutput } from './probe.js';

@@ -56,7 +56,7 @@ export function adminDoc(doc: Omit<OperationDoc, 'tags' | 'security'> & { securi
 
 export function routes(deps: AppDeps): Route[] {
   const { config, keys, plans, auth } = deps;
-  const admin = requireAdmin(config.auth.adminToken);
+  const admin = requireAdmin(config.auth);
   const plane = usePlane('admin');
   const idParam = pathParam('id', keyIdParam, 'Key id');
 

@@ -11,7 +11,7 @@ import { ApiError, usePlane } from '../../http/errors.js';
 import type { Route } from '../../http/routes.js';
 import { pathParam } from '../../openapi/registry.js';
 import { batchErrorSchema } from '../../openapi/schemas.js';
-import { assertSafeKey, InvalidKeyError } from '../../../shared/storage/index.js';
+import { assertSafeKey, InvalidKeyError } from '../../batch/storage/index.js';
 
 export const ARTIFACT_PREFIX = '/r2/';
 

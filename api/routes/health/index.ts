@@ -73,15 +73,17 @@ export function routes(deps: AppDeps): Route[] {
       },
     },
     {
-      // The load balancer's check of this instance: its own dependencies (database, Redis, engine), not
-      // the realtime tier, which has its own check (an API must not leave rotation because realtime did).
+      // The load balancer's check of this instance: what it cannot serve without (database, engine).
+      // Not the realtime tier, which has its own check (an API must not leave rotation because realtime
+      // did), and not Redis: without it the API keeps serving on per-instance limits, and a Redis blip
+      // failing every instance's check at once would put the load balancer's own 503 in front of all.
       method: 'get',
       path: '/readyz/instance',
-      chain: [ready((name) => name !== 'realtime')],
+      chain: [ready((name) => name !== 'realtime' && name !== 'redis')],
       doc: {
         ...doc(
           'readyzInstance',
-          "Readiness of this API instance alone (database, Redis, speech engine): the load balancer's check",
+          "Readiness of this API instance alone (database, speech engine; Redis has a fallback): the load balancer's check",
         ),
         responses: readyResponses('This instance can take traffic.'),
       },

@@ -17,7 +17,7 @@ import { tooManyRequests } from '../../openapi/schemas.js';
 import { jobRequestSchema, WORKFLOW_ID_PATTERN, WORKFLOW_ID_RE } from '../../batch/schemas.js';
 import type { JobRequest } from '../../batch/types.js';
 import { metadataProblem } from '../../batch/metadata.js';
-import { supportedLanguage } from '../../../shared/transcribe/upload.js';
+import { supportedLanguage } from '../../../shared/transcribe/clip.js';
 
 export const JOBS_PATH = '/v1/audio/transcriptions/jobs';
 

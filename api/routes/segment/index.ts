@@ -20,8 +20,15 @@ import { chain, type Route } from '../../http/routes.js';
 import { compile, describeAjvError } from '../../http/validate.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import { renderTranscript } from '../../../shared/stt/index.js';
-import { invalidResponseFormat, transcribeUpload } from '../../../shared/transcribe/upload.js';
-import { windowUsage } from '../../../shared/usage.js';
+import { clientGone, receiveClip } from '../../../shared/http/upload.js';
+import {
+  decodeClip,
+  invalidResponseFormat,
+  supportedLanguage,
+  transcribeClip,
+} from '../../../shared/transcribe/clip.js';
+import type { TranscribeResult } from '../../../shared/stt/types.js';
+import { UsageBudget } from '../../../shared/usage/budget.js';
 import {
   segmentFieldsSchema,
   segmentRequestSchema,
@@ -50,71 +57,90 @@ function isJsonBody(ctx: Context): boolean {
 /** The segment transcription itself (after auth and rate limit): the shared upload use case, then billing. */
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
+  const budget = new UsageBudget(deps.db, deps.config.usageWindowSeconds);
   return async (ctx) => {
     const principal = ctx.state.principal;
-    let usedSoFar: Promise<number> | undefined;
     const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
-    const { fields, seconds, result } = await transcribeUpload(ctx, {
-      engine: deps.speech,
-      maxUploadBytes: cfg.segment.maxUploadBytes,
-      audio: cfg.audio,
-      maxSeconds,
+    const policy = {
       tooLong: `The clip is longer than the ${maxSeconds} s your plan allows per request.`,
-      failure: 'gateway',
-      accepted: () => {
-        if (!deps.ledger.accepting) {
-          // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
-          throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
-            retryable: true,
-            headers: { 'Retry-After': '30' },
-          });
-        }
-        // The window's usage so far does not depend on this clip: ask while the upload is read and decoded.
-        usedSoFar = windowUsage(deps.db, principal.keyId, deps.config.usageWindowSeconds);
-        usedSoFar.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection first
-      },
-      fields: (raw) => {
-        const form = formFields(raw);
-        // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
-        const stream = wantsStream(form.stream);
-        return { ...form, stream, workerId: form.worker_id };
-      },
-      decoded: async (clipSeconds) => {
-        // The plan's rolling audio budget covers segment uploads too.
-        const windowLimit = principal.limits.maxAudioSecondsPerWindow;
-        const used = await usedSoFar!;
-        if (used + clipSeconds > windowLimit) {
-          throw new ApiError(
-            429,
-            'audio_quota_exhausted',
-            `The audio budget of ${windowLimit} s per window is exhausted.`,
-            { retryable: true, headers: { 'Retry-After': '60' } },
-          );
-        }
-      },
-    });
-
-    // Every transcribed clip is billed, silent or empty ones included. The
-    // reference is generated here: a client-chosen X-Request-Id must not
-    // collide with (and so cancel) another bill.
-    await deps.ledger.record({
-      keyId: principal.keyId,
-      plane: 'segment',
-      audioSeconds: seconds,
-      refId: `seg_${randomUUID()}`,
-    });
-
-    ctx.set('X-Worker-Id', result.workerId);
-    ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
-    ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
-    if (fields.stream) return sendTranscriptStream(ctx, result);
-    const rendered = renderTranscript(
-      { ...result, duration: Math.round(seconds * 1000) / 1000 },
-      fields.response_format,
-    );
-    ctx.type = rendered.contentType;
-    ctx.body = rendered.body;
+      failure: 'gateway' as const,
+    };
+    if (!deps.ledger.accepting) {
+      // Postgres has been unreachable so long that the usage spool is full: no unbilled work.
+      throw new ApiError(503, 'usage_unavailable', 'Usage cannot be recorded right now; retry later.', {
+        retryable: true,
+        headers: { 'Retry-After': '30' },
+      });
+    }
+    const upload = await receiveClip(ctx, cfg.segment.maxUploadBytes);
+    const form = formFields(upload.fields);
+    const language = supportedLanguage(deps.speech.languages(), form.language);
+    const signal = clientGone(ctx);
+    const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
+    // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
+    // so cancel) another bill. The clip's budget reservation carries it too.
+    const refId = `seg_${randomUUID()}`;
+    let reserved = false;
+    try {
+      // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
+      // before the engine runs, so concurrent uploads cannot overspend the window.
+      const windowLimit = principal.limits.maxAudioSecondsPerWindow;
+      const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
+      const decision = await budget.reserve(
+        { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
+        windowLimit,
+      );
+      if (!decision.ok) {
+        throw new ApiError(
+          429,
+          'audio_quota_exhausted',
+          `The audio budget of ${windowLimit} s per window is exhausted.`,
+          { retryable: true, headers: { 'Retry-After': '60' } },
+        );
+      }
+      reserved = true;
+      const result = await transcribeClip(
+        deps.speech,
+        audio,
+        { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
+        policy,
+      );
+      // Every transcribed clip is billed, silent or empty ones included.
+      await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
+      // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
+      respond(
+        ctx,
+        { stream: wantsStream(form.stream), response_format: form.response_format },
+        audio.seconds,
+        result,
+      );
+    } finally {
+      await audio.dispose();
+      // Billed (the bill now counts in the window) or failed: the reservation has done its work.
+      if (reserved) void budget.release('segment', refId);
+    }
   };
+}
+
+/** How long a clip's reservation holds if its process dies before billing it (longer than any request). */
+const RESERVATION_TTL_SECONDS = 600;
+
+function respond(
+  ctx: Context,
+  fields: { stream: boolean; response_format: SegmentFields['response_format'] },
+  seconds: number,
+  result: TranscribeResult,
+): void {
+  ctx.set('X-Worker-Id', result.workerId);
+  ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
+  ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
+  if (fields.stream) return sendTranscriptStream(ctx, result);
+  const rendered = renderTranscript(
+    { ...result, duration: Math.round(seconds * 1000) / 1000 },
+    fields.response_format,
+  );
+  ctx.type = rendered.contentType;
+  ctx.body = rendered.body;
 }
 
 export function routes(deps: AppDeps): Route[] {

@@ -26,19 +26,32 @@ export const segmentFieldsSchema = {
 /** The form's text fields as the validator leaves them (`response_format` defaulted). */
 export type SegmentFields = FromSchema<typeof segmentFieldsSchema>;
 
-/** The whole form, for the OpenAPI document. */
+/**
+ * The form's optional text fields as the OpenAPI document shows them. Swagger UI fills every form
+ * field of "Try it out" with a sample of its schema (the word `string`, an enum's first value, a
+ * default), which would then be sent: `stream=true` turned the answer into an event stream. An
+ * empty example leaves each field empty, and an empty field counts as absent (`formFields`).
+ */
+const optionalFormFields = Object.fromEntries(
+  Object.entries(segmentFieldsSchema.properties).map(([name, schema]) => [
+    name,
+    { ...schema, examples: [''] },
+  ]),
+);
+
+/** The whole form, for the OpenAPI document: `file` is an upload (OpenAPI 3 multipart: a binary string). */
 export const segmentRequestSchema = {
   type: 'object',
   required: ['file'],
   properties: {
     file: {
       type: 'string',
-      contentMediaType: 'application/octet-stream',
+      format: 'binary',
       description: 'Speech clip: WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...',
     },
-    ...segmentFieldsSchema.properties,
+    ...optionalFormFields,
   },
-} as const;
+};
 
 export const verboseJsonSchema = {
   type: 'object',

@@ -7,8 +7,9 @@
  * realtime tier answers it (interface 4.8): 426 `websocket_required` in the
  * realtime error shape. Also documents the stream in /openapi.json.
  */
+import type { Middleware } from 'koa';
 import type { Route } from '../../http/routes.js';
-import { STREAM_PATH } from '../../../shared/paths.js';
+import { OPENAI_REALTIME_PATH, STREAM_PATH } from '../../../shared/paths.js';
 
 const realtimeErrorSchema = {
   type: 'object',
@@ -26,24 +27,25 @@ const realtimeErrorSchema = {
   },
 } as const;
 
+/** A plain request on a WebSocket path: 426 websocket_required (the upgrade itself goes to the realtime tier). */
+const upgradeRequired: Middleware = (ctx) => {
+  ctx.status = 426;
+  ctx.set('Upgrade', 'websocket');
+  ctx.body = {
+    error: {
+      code: 'websocket_required',
+      message: 'This endpoint needs a WebSocket upgrade.',
+      type: 'realtime_error',
+    },
+  };
+};
+
 export function routes(): Route[] {
   return [
     {
       method: 'all',
       path: STREAM_PATH,
-      chain: [
-        (ctx) => {
-          ctx.status = 426;
-          ctx.set('Upgrade', 'websocket');
-          ctx.body = {
-            error: {
-              code: 'websocket_required',
-              message: 'This endpoint needs a WebSocket upgrade.',
-              type: 'realtime_error',
-            },
-          };
-        },
-      ],
+      chain: [upgradeRequired],
       // Documented as the GET that carries the upgrade.
       doc: {
         operationId: 'realtimeStream',
@@ -63,6 +65,27 @@ export function routes(): Route[] {
           '503': {
             description:
               '`gateway_disabled`, or `upstream_unavailable` with Retry-After while the breaker is open',
+            schema: realtimeErrorSchema,
+          },
+        },
+      },
+    },
+    {
+      method: 'all',
+      path: OPENAI_REALTIME_PATH,
+      chain: [upgradeRequired],
+      doc: {
+        operationId: 'openaiRealtime',
+        summary: "OpenAI's Realtime protocol for transcription sessions over a WebSocket (upgrade only)",
+        description:
+          'Authenticate with `Authorization: Bearer sk-…` (or `rt_…`), or from a browser with the subprotocols `realtime` and `openai-insecure-api-key.<rt_ secret>` (POST /v1/realtime/client_secrets). Fields honoured, ignored and refused: README, "OpenAI Realtime endpoint".',
+        tags: ['realtime'],
+        security: 'none',
+        responses: {
+          '101': { description: 'Switching Protocols: the session starts with `session.created`.' },
+          '401': { description: 'Authentication failed', schema: realtimeErrorSchema },
+          '426': {
+            description: '`websocket_required`: not a WebSocket upgrade',
             schema: realtimeErrorSchema,
           },
         },

@@ -7,6 +7,7 @@ import type { Route } from '../../http/routes.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 
 import { STREAM_PATH } from '../../../shared/paths.js';
+import { openaiTokenRoutes } from './openai.js';
 
 const tokenSchema = {
   type: 'object',
@@ -55,5 +56,6 @@ export function routes(deps: AppDeps): Route[] {
         },
       },
     },
+    ...openaiTokenRoutes(deps),
   ];
 }

@@ -59,7 +59,7 @@ const SUMMARY = 'audio seconds by plane, requests, sessions and jobs per UTC day
 
 export function routes(deps: AppDeps): Route[] {
   const { db, plans, config } = deps;
-  const admin = requireAdmin(config.auth.adminToken);
+  const admin = requireAdmin(config.auth);
   const query = validateQuery(usageQuery);
   const report = (ctx: Context, keys: Awaited<ReturnType<typeof reportKeys>>) =>
     usageReport(db, plans, keys, resolveRange(ctx.state.query as UsageQuery), config.usageWindowSeconds);

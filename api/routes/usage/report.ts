@@ -6,6 +6,7 @@
  * `maxAudioSecondsPerWindow`. Two SQL statements per report, whatever the
  * number of keys or days.
  */
+import { billedInWindow } from '../../../shared/usage/budget.js';
 import type { Knex } from 'knex';
 import type { PlanCatalog } from '../../../shared/plans.js';
 import type { Plane } from '../../../shared/usage.js';
@@ -141,11 +142,7 @@ export async function usageReport(
         .andWhere('created_at', '>=', `${range.from}T00:00:00Z`)
         .andWhere('created_at', '<', new Date(Date.parse(`${range.to}T00:00:00Z`) + DAY_MS).toISOString())
         .groupByRaw('1, 2, 3') as Promise<Row[]>,
-      db('usage_events')
-        .select('key_id', db.raw('sum(audio_seconds) as seconds'))
-        .whereIn('key_id', ids)
-        .andWhere('created_at', '>', db.raw(`now() - make_interval(secs => ?)`, [windowSeconds]))
-        .groupBy('key_id') as Promise<{ key_id: string; seconds: string | number | null }[]>,
+      billedInWindow(db, ids, windowSeconds),
     ]);
     for (const row of rows) {
       const plane = row.plane as Plane;
@@ -156,7 +153,7 @@ export async function usageReport(
       add(byDay.get(row.day)!, plane, seconds, units);
       add(byKey.get(row.key_id)!, plane, seconds, units);
     }
-    for (const w of windows) used.set(w.key_id, Number(w.seconds ?? 0));
+    for (const [keyId, seconds] of windows) used.set(keyId, seconds);
   }
 
   return {

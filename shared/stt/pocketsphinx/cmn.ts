@@ -32,40 +32,8 @@ export const EN_US_CMN_PRIOR = [
   41.0, -5.29, -0.12, 5.09, 2.48, -4.07, -1.37, -1.78, -5.08, -2.05, -6.45, -1.42, 1.17,
 ];
 
-export interface CmnSettings {
-  /** Frames (10 ms) of the session's own audio that set the first estimate. */
-  bootstrapFrames: number;
-  /** Weight of the model's prior while fewer frames have been seen. */
-  priorFrames: number;
-  /** Frames the running mean remembers (older frames decay). */
-  window: number;
-  /**
-   * During the bootstrap, a frame waits at most this many frames for a
-   * better estimate, then is searched with a provisional one (the session's
-   * frames so far, with the prior); at least `bootstrapFrames`: frames wait
-   * for the whole bootstrap.
-   */
-  lookaheadFrames?: number;
-  /**
-   * The provisional estimate is kept while the session's estimate stays
-   * within this distance of it (Euclidean, over the cepstral coefficients);
-   * beyond, the utterance is searched again from its start with the newer
-   * estimate, at the latest when the bootstrap or the utterance ends.
-   */
-  researchDistance?: number;
-  /** Before the bootstrap ends, a new search from the start waits until the utterance has grown this many times since the last. */
-  researchGrowth?: number;
-}
-
-/** Measured in docs/decisions.md ("The first utterance is searched while it is spoken"). */
-export const DEFAULT_CMN: Required<CmnSettings> = {
-  bootstrapFrames: 300,
-  priorFrames: 10,
-  window: 3000,
-  lookaheadFrames: 50,
-  researchDistance: 8,
-  researchGrowth: 2,
-};
+import { DEFAULT_CMN, type CmnSettings } from '../../config/speech.js';
+export { DEFAULT_CMN, type CmnSettings };
 
 /** A session's running estimate; plain data so it can cross to a worker thread and back. */
 export interface CmnEstimate {

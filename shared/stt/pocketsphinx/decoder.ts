@@ -4,6 +4,7 @@
  * argv, strict)` (libsphinxbase), not the 5.x `ps_config_t`. One Decoder is
  * single-threaded; each worker thread owns one.
  */
+import { bind, type Binding } from './binding.js';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -19,6 +20,56 @@ import {
 
 /** Frames per ps_process_cep call. */
 const SEARCH_FRAMES = 3;
+/** The front end's frame shift and window in samples at 16 kHz (`-frate 100`, `-wlen 0.025625`). */
+const FRAME_SHIFT = 160;
+const FRAME_SAMPLES = 410;
+/** Rows one fe_process_frames call may return: the frame, and those held back before speech (`-vad_prespeech` 20). */
+const FRONT_END_ROWS = 128;
+
+/**
+ * Samples to drop from the front of an utterance that starts `streamPosition`
+ * samples into its stream, so that its frames fall on the stream's own 10 ms
+ * grid: where a cut falls (a VAD window, after whatever lead-in) then no
+ * longer shifts the frames against the speech, and with them the words.
+ */
+export function gridSkip(streamPosition: number | undefined): number {
+  if (streamPosition === undefined || streamPosition <= 0) return 0;
+  return (FRAME_SHIFT - (Math.round(streamPosition) % FRAME_SHIFT)) % FRAME_SHIFT;
+}
+
+interface FrontEndBuffers {
+  /** FRONT_END_ROWS rows of cepstra, and the `mfcc_t **` pointing at them. */
+  data: unknown;
+  pointers: unknown;
+  /** `const int16 **inout_spch` and `size_t *inout_nsamps` of fe_process_frames. */
+  spch: unknown;
+  nsamps: unknown;
+}
+
+/** An `mfcc_t **` over `rows` rows of CEPSTRUM_LENGTH floats: native memory, freed by the caller. */
+function nativeRows(values: Float32Array | undefined, rows: number): { data: unknown; pointers: unknown } {
+  const data: unknown = koffi.alloc('float', rows * CEPSTRUM_LENGTH);
+  if (values)
+    koffi.encode(
+      data,
+      'float',
+      Array.from(values.subarray(0, rows * CEPSTRUM_LENGTH)),
+      rows * CEPSTRUM_LENGTH,
+    );
+  const pointers: unknown = koffi.alloc('void *', rows);
+  const base = BigInt(koffi.address(data));
+  for (let i = 0; i < rows; i++)
+    koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
+  return { data, pointers };
+}
+
+function frontEndBuffers(): FrontEndBuffers {
+  return {
+    ...nativeRows(undefined, FRONT_END_ROWS),
+    spch: koffi.alloc('void *', 1),
+    nsamps: koffi.alloc('size_t', 1),
+  };
+}
 
 export interface DecoderOptions {
   hmm: string;
@@ -50,88 +101,6 @@ export interface RecognizedWord {
 import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../../audio/pcm.js';
 export { SAMPLE_RATE };
 export const FRAME_SECONDS = 0.01;
-
-type Fn = (...args: unknown[]) => unknown;
-
-interface Binding {
-  ps_args: Fn;
-  cmd_ln_parse_r: Fn;
-  cmd_ln_free_r: Fn;
-  ps_init: Fn;
-  ps_free: Fn;
-  ps_start_stream: Fn;
-  ps_start_utt: Fn;
-  ps_process_raw: Fn;
-  ps_end_utt: Fn;
-  ps_seg_iter: Fn;
-  ps_seg_next: Fn;
-  ps_seg_free: Fn;
-  ps_seg_word: Fn;
-  ps_seg_frames: Fn;
-  ps_seg_prob: Fn;
-  ps_get_logmath: Fn;
-  logmath_exp: Fn;
-  err_set_logfp: Fn;
-  ps_get_config: Fn;
-  fe_init_auto_r: Fn;
-  fe_start_utt: Fn;
-  fe_start_stream: Fn;
-  fe_free: Fn;
-  ps_process_cep: Fn;
-  fe_process_utt: Fn;
-  ckd_free_2d: Fn;
-}
-
-let binding: Binding | undefined;
-
-function bind(opts: DecoderOptions): Binding {
-  if (binding) return binding;
-  const ps = koffi.load(opts.pocketsphinxLibrary);
-  const sb = koffi.load(opts.sphinxbaseLibrary);
-  binding = {
-    ps_args: ps.func('void *ps_args()'),
-    cmd_ln_parse_r: sb.func(
-      'void *cmd_ln_parse_r(void *inout, void *defn, int argc, const char **argv, int strict)',
-    ),
-    cmd_ln_free_r: sb.func('int cmd_ln_free_r(void *cmdln)'),
-    ps_init: ps.func('void *ps_init(void *config)'),
-    ps_free: ps.func('int ps_free(void *ps)'),
-    ps_start_stream: ps.func('int ps_start_stream(void *ps)'),
-    ps_start_utt: ps.func('int ps_start_utt(void *ps)'),
-    ps_process_raw: ps.func(
-      'int ps_process_raw(void *ps, const int16_t *data, size_t n, int no_search, int full_utt)',
-    ),
-    ps_end_utt: ps.func('int ps_end_utt(void *ps)'),
-    ps_seg_iter: ps.func('void *ps_seg_iter(void *ps)'),
-    ps_seg_next: ps.func('void *ps_seg_next(void *seg)'),
-    ps_seg_free: ps.func('void ps_seg_free(void *seg)'),
-    ps_seg_word: ps.func('const char *ps_seg_word(void *seg)'),
-    ps_seg_frames: ps.func('void ps_seg_frames(void *seg, _Out_ int *sf, _Out_ int *ef)'),
-    ps_seg_prob: ps.func('int ps_seg_prob(void *seg, _Out_ int *ascr, _Out_ int *lscr, _Out_ int *lback)'),
-    ps_get_logmath: ps.func('void *ps_get_logmath(void *ps)'),
-    logmath_exp: sb.func('double logmath_exp(void *lmath, int p)'),
-    err_set_logfp: sb.func('void err_set_logfp(void *stream)'),
-    ps_get_config: ps.func('void *ps_get_config(void *ps)'),
-    fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
-    fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
-    fe_start_stream: sb.func('void fe_start_stream(void *fe)'),
-    fe_free: sb.func('int fe_free(void *fe)'),
-    ps_process_cep: ps.func(
-      'int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)',
-    ),
-    // mfcc_t is float in Debian's (floating-point) build; the block is ckd_calloc_2d's: row pointers, then the rows.
-    fe_process_utt: sb.func(
-      'int fe_process_utt(void *fe, const int16_t *spch, size_t nsamps, _Out_ void **cep_block, _Out_ int *nframes)',
-    ),
-    ckd_free_2d: sb.func('void ckd_free_2d(void *ptr)'),
-  };
-  // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init
-  // fopen a new one and fclose the previous, so decoders starting or stopping in several threads at
-  // once double-closed it (heap corruption: "free(): invalid pointer", later segfaults). Setting the
-  // global to NULL is a plain store of the same value from any thread, and nothing is ever closed.
-  binding.err_set_logfp(null);
-  return binding;
-}
 
 const featParamsCopies = new Map<string, string>();
 
@@ -166,6 +135,9 @@ export class Decoder {
   private rows: { data: unknown; pointers: unknown } | undefined;
   /** The streaming decoder's own front end (the decoder's flushes its leftovers, unnormalised, at ps_end_utt). */
   private fe: unknown;
+  /** The clip form's front end and its native buffers (decode()). */
+  private clipFe: unknown;
+  private clipIo: FrontEndBuffers | undefined;
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
@@ -185,32 +157,112 @@ export class Decoder {
     if (this.sessionCmn) {
       this.fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
       if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
-      const data: unknown = koffi.alloc('float', SEARCH_FRAMES * CEPSTRUM_LENGTH);
-      const pointers: unknown = koffi.alloc('void *', SEARCH_FRAMES);
-      const base = BigInt(koffi.address(data));
-      for (let i = 0; i < SEARCH_FRAMES; i++)
-        koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
-      this.rows = { data, pointers };
+      this.rows = nativeRows(undefined, SEARCH_FRAMES);
     }
   }
 
   /**
-   * Decodes the whole clip as one utterance in a single `ps_process_raw`
-   * call with `full_utt` set, so cepstral mean normalisation is computed over
-   * the clip itself (the model's `-cmn batch`) and the result never depends
-   * on earlier requests. The call cannot be interrupted; `aborted` is checked
-   * before it.
+   * Decodes the whole clip as one utterance, normalised over the clip itself
+   * (the model's `-cmn batch`), so the result never depends on earlier
+   * requests. The front end's silence removal (`-remove_silence`, on by
+   * default) drops the frames of pauses before the search, and PocketSphinx
+   * reports word times in the frames it kept: every pause before a word
+   * shortened its time (a word after 3 s of pauses came out 3 s early). So
+   * the clip's frames are computed here, one frame shift at a time, which
+   * shows which input frame each kept frame is; the kept frames go to the
+   * search in one call (`full_utt`, as `ps_process_raw` would), and word
+   * times are mapped back to the clip's own timeline. The call cannot be
+   * interrupted; `aborted` is checked before it.
    */
   decode(pcm: Int16Array, aborted: () => boolean = () => false): RecognizedWord[] {
     if (aborted()) throw new DecoderAbortedError('aborted');
     if (this.sessionCmn) throw new Error('a streaming decoder decodes with begin/feed/end');
-    this.begin();
+    const { cepstra, frames, inputFrame } = this.keptFrames(pcm);
+    if (aborted()) throw new DecoderAbortedError('aborted');
+    this.startSearch();
     try {
-      this.process(pcm, true);
+      if (frames > 0) {
+        const rows = nativeRows(cepstra, frames);
+        try {
+          if ((this.b.ps_process_cep(this.ps, rows.pointers, frames, 0, 1) as number) < 0)
+            throw new Error('pocketsphinx: ps_process_cep failed');
+        } finally {
+          koffi.free(rows.data);
+          koffi.free(rows.pointers);
+        }
+      }
     } finally {
       this.b.ps_end_utt(this.ps);
     }
-    return this.words();
+    const last = frames - 1;
+    return this.words().map((w) => ({
+      ...w,
+      startFrame: inputFrame[Math.min(w.startFrame, last)],
+      endFrame: inputFrame[Math.min(w.endFrame, last)],
+    }));
+  }
+
+  /**
+   * The clip's cepstra as the decoder's own front end keeps them (silence
+   * removed), and for each kept frame its index in the clip. Fed one frame
+   * shift per call, the front end returns each call either nothing (a frame
+   * dropped, or held back while it decides), or the newest frame, or, when
+   * speech starts, the frames it held back (those just before) with it.
+   */
+  private keptFrames(pcm: Int16Array): { cepstra: Float32Array; frames: number; inputFrame: Int32Array } {
+    const b = this.b;
+    const fe = (this.clipFe ??= this.newFrontEnd());
+    const io = (this.clipIo ??= frontEndBuffers());
+    b.fe_start_stream(fe);
+    b.fe_start_utt(fe);
+    const L = CEPSTRUM_LENGTH;
+    let cepstra = new Float32Array(Math.max(1, Math.ceil(pcm.length / FRAME_SHIFT)) * L);
+    let inputFrame = new Int32Array(cepstra.length / L);
+    let kept = 0;
+    const keep = (n: number, newest: number) => {
+      if (n <= 0) return;
+      if ((kept + n) * L > cepstra.length) {
+        const grown = new Float32Array((kept + n) * L * 2);
+        grown.set(cepstra);
+        cepstra = grown;
+        const idx = new Int32Array(grown.length / L);
+        idx.set(inputFrame);
+        inputFrame = idx;
+      }
+      cepstra.set(koffi.decode(io.data, 'float', n * L) as number[], kept * L);
+      for (let i = 0; i < n; i++) inputFrame[kept + i] = Math.max(0, newest - n + 1 + i);
+      kept += n;
+    };
+    // The clip in native memory once; fe_process_frames advances the sample pointer itself.
+    const samples: unknown = koffi.alloc('int16_t', Math.max(1, pcm.length));
+    const count = [0];
+    try {
+      if (pcm.length > 0) koffi.encode(samples, 'int16_t', pcm, pcm.length);
+      koffi.encode(io.spch, 'void *', samples);
+      for (let at = 0; at < pcm.length; at += FRAME_SHIFT) {
+        const n = Math.min(FRAME_SHIFT, pcm.length - at);
+        koffi.encode(io.nsamps, 'size_t', n);
+        count[0] = FRONT_END_ROWS;
+        if ((b.fe_process_frames(fe, io.spch, io.nsamps, io.pointers, count, null) as number) < 0)
+          throw new Error('pocketsphinx: fe_process_frames failed');
+        // Frames complete once the samples so far cover a frame's window: the newest one's index.
+        const received = at + n;
+        keep(count[0], received >= FRAME_SAMPLES ? Math.floor((received - FRAME_SAMPLES) / FRAME_SHIFT) : -1);
+      }
+      // The last, partial frame (as ps_process_raw's full utterance does).
+      if ((b.fe_end_utt(fe, io.data, count) as number) < 0)
+        throw new Error('pocketsphinx: fe_end_utt failed');
+      keep(count[0], kept > 0 ? inputFrame[kept - 1] + 1 : 0);
+    } finally {
+      koffi.free(samples);
+    }
+    return { cepstra, frames: kept, inputFrame };
+  }
+
+  private newFrontEnd(): unknown {
+    const fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
+    if (!fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
+    return fe;
   }
 
   /**
@@ -325,6 +377,15 @@ export class Decoder {
   }
 
   close(): void {
+    if (this.clipFe) {
+      this.b.fe_free(this.clipFe);
+      this.clipFe = undefined;
+    }
+    if (this.clipIo) {
+      for (const p of [this.clipIo.data, this.clipIo.pointers, this.clipIo.spch, this.clipIo.nsamps])
+        koffi.free(p);
+      this.clipIo = undefined;
+    }
     if (this.fe) {
       this.b.fe_free(this.fe);
       this.fe = undefined;

@@ -45,13 +45,8 @@ const submit = await run({
 const accepted = Number(
   (await t.deps.db('batch_workflows').count<{ count: string }[]>('* as count'))[0].count,
 );
-const queued = Number(
-  (
-    await t.deps.db.raw(
-      `SELECT count(*)::int AS n FROM ${t.config.batch.pgBossSchema}.job WHERE name = 'batch-workflow'`,
-    )
-  ).rows[0].n,
-);
+// Workers are off: every job is still queued (pg-boss's own count).
+const queued = await t.runtime.workflowJobsPending();
 console.log(
   `submissions: ${(submit['2xx'] / seconds).toFixed(0)} accepted/s (${submit['2xx']} in ${seconds} s, ${connections} connections, ` +
     `non-2xx ${submit.non2xx}, latency p50 ${submit.latency.p50} ms p99 ${submit.latency.p99} ms); rows ${accepted}, pg-boss jobs ${queued}`,

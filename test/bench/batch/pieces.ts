@@ -2,7 +2,7 @@
  * How batch cuts a chunk into engine calls, and what it costs in words and
  * time (issue 13): the built-in engine's clip form on
  *
- * 1. every clip of ../shared/test-audio (one chunk each, as a batch job of a
+ * 1. every clip of test/audio (one chunk each, as a batch job of a
  *    short file is): whole clip vs the workflow's utterance split
  *    (`splitUtterances`) with each minimum piece length given;
  * 2. a long recording (the clips repeated with 0.7 s pauses, one chunk of
@@ -18,7 +18,7 @@ import path from 'node:path';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
-import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../api/batch/slicing.js';
+import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../shared/audio/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { buildRecording, tmpDir } from '../../batch/helpers.js';
 import { fmt } from '../speech/common.js';

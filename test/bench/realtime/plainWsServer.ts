@@ -10,7 +10,7 @@ import { WebSocketServer } from 'ws';
 import { loadConfig, type ConfigOverrides } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { windowUsage } from '../../../shared/usage.js';
-import { createVadService } from '../../../shared/vad/service.js';
+import { createVadService } from '../../../realtime/vad/service.js';
 import { createRealtimeDeps } from '../../../realtime/main.js';
 import { CircuitBreaker } from '../../../realtime/breaker.js';
 import { ConnectionQuota } from '../../../realtime/quota.js';

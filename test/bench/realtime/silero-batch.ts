@@ -3,8 +3,8 @@
  * - the previous implementation: one sherpa-onnx `Vad` (one ONNX Runtime
  *   session) per stream, one window per call;
  * - the shipped silero graph in one onnxruntime-node session, batch B;
- * - the batched rewrite of that graph (shared/vad/sileroGraph.ts) as used by
- *   shared/vad/silero.ts, batch B.
+ * - the batched rewrite of that graph (realtime/vad/sileroGraph.ts) as used by
+ *   realtime/vad/silero.ts, batch B.
  * Figures in docs/benchmarks.md ("## Realtime").
  *
  *   npx tsx test/bench/realtime/silero-batch.ts [--streams 200] [--windows 150] [--rounds 3]
@@ -24,8 +24,8 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { InferenceSession, Tensor } from 'onnxruntime-node';
 import { loadConfig } from '../../../shared/config/index.js';
-import { SileroModel, SileroStream, WINDOW_SAMPLES, SAMPLE_RATE } from '../../../shared/vad/silero.js';
-import { batchedSileroModel, frameWindow, FRAMED_INPUT } from '../../../shared/vad/sileroGraph.js';
+import { SileroModel, SileroStream, WINDOW_SAMPLES, SAMPLE_RATE } from '../../../realtime/vad/silero.js';
+import { batchedSileroModel, frameWindow, FRAMED_INPUT } from '../../../realtime/vad/sileroGraph.js';
 import { speechLoop } from '../../load/realtime-load.js';
 
 const arg = (name: string, def: number) => {

@@ -7,9 +7,9 @@
 import type { Config } from '../../../shared/config/index.js';
 import type { CmnEstimate } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
-import { Segmenter } from '../../../shared/vad/segmenter.js';
-import { SileroPool } from '../../../shared/vad/silero.js';
-import { pushThrough } from '../../../shared/vad/rounds.js';
+import { Segmenter } from '../../../realtime/vad/segmenter.js';
+import { SileroPool } from '../../../realtime/vad/silero.js';
+import { pushThrough } from '../../../realtime/vad/rounds.js';
 
 export const silence = (ms: number) => Buffer.alloc(Math.round(ms * 32));
 export const i16 = (buf: Buffer) =>

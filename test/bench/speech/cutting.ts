@@ -1,6 +1,6 @@
 /**
  * Why cut utterances lose words (issue 13): each hypothesis measured on the
- * clips of ../shared/test-audio, PocketSphinx called directly (no service).
+ * clips of test/audio, PocketSphinx called directly (no service).
  * The utterances are the realtime segmenter's (silero VAD, default
  * settings) over 300 ms silence + clip + 900 ms silence, as the realtime
  * tests stream them; batch's splitUtterances cuts are measured too.
@@ -18,7 +18,7 @@
  */
 import { loadConfig } from '../../../shared/config/index.js';
 import { DEFAULT_CMN, initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
-import { energyEnvelope, splitUtterances } from '../../../api/batch/slicing.js';
+import { energyEnvelope, splitUtterances } from '../../../shared/audio/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { fmt } from './common.js';
 import {

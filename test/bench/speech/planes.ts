@@ -1,5 +1,5 @@
 /**
- * Every clip of ../shared/test-audio through the running service, per plane
+ * Every clip of test/audio through the running service, per plane
  * (issue 13): WER of the segment endpoint (whole clip), of the realtime tier
  * (real-time pace, 20 ms frames) and of batch (the batch workflow's
  * utterance split, each piece in the clip form as the workflow sends it);
@@ -29,7 +29,7 @@ import os from 'node:os';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
-import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../api/batch/slicing.js';
+import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../shared/audio/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { startSpeechApp } from '../../speech/app.js';
 import {

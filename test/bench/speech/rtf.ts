@@ -1,6 +1,6 @@
 /**
  * Real-time factor and throughput of the built-in engine with 1 and 2
- * decoder threads: every clip of ../shared/test-audio, twice, submitted at once;
+ * decoder threads: every clip of test/audio, twice, submitted at once;
  * throughput = audio seconds / wall seconds. Trials alternate 1 and 2
  * threads and the best trial of each counts (other load on a shared
  * machine only ever slows a trial down).

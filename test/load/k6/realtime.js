@@ -10,7 +10,7 @@
 //
 //   k6 run -e URL=ws://127.0.0.1:8081/v1/audio/transcriptions/stream -e KEY=sk-... \
 //          -e VUS=50 -e DURATION_S=30 test/load/k6/realtime.js
-// (WAV, relative to this script, defaults to the JFK clip of ../shared/test-audio; the key's plan
+// (WAV, relative to this script, defaults to the JFK clip of test/audio; the key's plan
 // must allow VUS concurrent connections. Without k6: npx tsx test/load/k6/node-runner.ts, same flags.)
 import { WebSocket } from 'k6/websockets';
 import { Trend, Counter } from 'k6/metrics';
@@ -19,7 +19,7 @@ import { setInterval, setTimeout, clearInterval, clearTimeout } from 'k6/timers'
 const URL = __ENV.URL || 'ws://127.0.0.1:8081/v1/audio/transcriptions/stream';
 const KEY = __ENV.KEY;
 const DURATION_S = Number(__ENV.DURATION_S || 30);
-const wav = open(__ENV.WAV || '../../../../shared/test-audio/jfk.wav', 'b');
+const wav = open(__ENV.WAV || '../../audio/jfk.wav', 'b');
 const pcm = wavSamples(wav);
 
 // The samples of the WAV's `data` chunk (headers vary: jfk.wav carries a LIST chunk before it).

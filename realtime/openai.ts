@@ -1,0 +1,387 @@
+/**
+ * OpenAI's Realtime protocol for transcription sessions (issue 25), spoken on
+ * `WS /v1/realtime` over the same session machinery as the native stream: a
+ * per-session adapter (a `SessionProtocol`) that turns OpenAI's client events
+ * into the session's commands and the session's events into OpenAI's server
+ * events. Both forms OpenAI published are understood: the current one
+ * (`session.update` with `session.type: "transcription"` and `audio.input`)
+ * and the beta one (`transcription_session.update` with `input_audio_format`);
+ * each update is answered in the form it came in. Audio arrives at 24 kHz
+ * (`audio/pcm`, `pcm16`) or 16 kHz (`audio/pcm` with `rate: 16000`) and is
+ * resampled once to the 16 kHz the VAD and engines read; positions are
+ * reported in ms of the client's audio. Field by field: README, "OpenAI
+ * Realtime endpoint"; the reasons: docs/decisions.md.
+ */
+import { randomBytes } from 'node:crypto';
+import {
+  COMMIT_EMPTY,
+  COMPLETED,
+  parseAppend,
+  parseJsonFrame,
+  type ClientCommand,
+  type ServerEvent,
+  type SessionProtocol,
+} from './protocol.js';
+import { Resampler24To16 } from './resample.js';
+
+export interface OpenAIConnect {
+  /** `OpenAI-Beta: realtime=v1`: the session is announced as `transcription_session.created`. */
+  beta: boolean;
+  /** The `model` query of the SDK's connect (echoed as the transcription model until an update names one). */
+  model?: string;
+}
+
+type Form = 'ga' | 'beta';
+
+/** What the client chose that the session's settings do not hold. */
+interface Choices {
+  rate: 16000 | 24000;
+  model: string | null;
+  noiseReduction: { type: string } | null;
+  include: string[];
+}
+
+const invalid = (code: string, message: string): ClientCommand => ({ kind: 'invalid', code, message });
+
+/** Native setting names to the OpenAI field that sets them, per form (error `param`s). */
+const PARAMS: Record<string, Record<Form, string>> = {
+  language: {
+    ga: 'session.audio.input.transcription.language',
+    beta: 'session.input_audio_transcription.language',
+  },
+  prompt: {
+    ga: 'session.audio.input.transcription.prompt',
+    beta: 'session.input_audio_transcription.prompt',
+  },
+  vad_threshold: {
+    ga: 'session.audio.input.turn_detection.threshold',
+    beta: 'session.turn_detection.threshold',
+  },
+  vad_silence_ms: {
+    ga: 'session.audio.input.turn_detection.silence_duration_ms',
+    beta: 'session.turn_detection.silence_duration_ms',
+  },
+  vad_prefix_ms: {
+    ga: 'session.audio.input.turn_detection.prefix_padding_ms',
+    beta: 'session.turn_detection.prefix_padding_ms',
+  },
+};
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
+export class OpenAIProtocol implements SessionProtocol {
+  private choices: Choices;
+  /** Choices of the update being applied, kept once the session accepts its settings. */
+  private proposed: { choices: Choices; form: Form } | null = null;
+  private resampler: Resampler24To16 | null = new Resampler24To16();
+  /** Turn detection on (the session's `vad` setting, from its events). */
+  private vad = true;
+  private readonly items = new Map<number, string>();
+  private lastItem: string | null = null;
+  private readonly idPrefix = randomBytes(6).toString('hex');
+  private seq = 0;
+  /** The client event being handled (OpenAI's errors name it). */
+  private clientEventId: string | null = null;
+
+  constructor(private readonly connect: OpenAIConnect) {
+    this.choices = { rate: 24000, model: connect.model ?? null, noiseReduction: null, include: [] };
+  }
+
+  private id(kind: 'event' | 'item'): string {
+    return `${kind}_${this.idPrefix}${(this.seq++).toString(36)}`;
+  }
+
+  // ---- client events ---------------------------------------------------------------------
+
+  parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCommand {
+    // An extension: raw PCM16LE at the session's rate, as on the native stream.
+    if (data.byteLength > maxFrameBytes) return { kind: 'tooLarge', size: data.byteLength };
+    if (data.byteLength % 2 !== 0) {
+      return invalid(
+        'invalid_audio',
+        'Audio frames must hold whole 16-bit samples (an even number of bytes).',
+      );
+    }
+    return this.audio(Buffer.from(data));
+  }
+
+  parseText(text: string, maxFrameBytes: number): ClientCommand {
+    this.clientEventId = null;
+    const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
+    if ('refused' in parsed) return parsed.refused;
+    const m = parsed.msg;
+    if (typeof m.event_id === 'string') this.clientEventId = m.event_id.slice(0, 128);
+    const type = m.type as string;
+    switch (type) {
+      case 'input_audio_buffer.append': {
+        const cmd = parseAppend(m.audio, maxFrameBytes);
+        return cmd.kind === 'audio' ? this.audio(cmd.pcm) : cmd;
+      }
+      case 'input_audio_buffer.commit':
+        return { kind: 'commit' };
+      case 'input_audio_buffer.clear':
+        return { kind: 'clear' };
+      case 'session.update':
+        return this.update(m.session, 'ga');
+      case 'transcription_session.update':
+        return this.update(m.session, 'beta');
+      default:
+        return invalid(
+          'unknown_type',
+          `Unsupported event type "${type.slice(0, 64)}": this endpoint serves transcription sessions ` +
+            '(session.update, transcription_session.update, input_audio_buffer.append, .commit, .clear).',
+        );
+    }
+  }
+
+  private audio(pcm: Buffer): ClientCommand {
+    return { kind: 'audio', pcm: this.resampler ? this.resampler.push(pcm) : pcm };
+  }
+
+  /** An update of either form as the native settings it changes; OpenAI-only choices wait for its acceptance. */
+  private update(session: unknown, form: Form): ClientCommand {
+    if (!isObject(session)) return invalid('invalid_session_update', '"session" must be an object.');
+    const choices: Choices = { ...this.choices };
+    const native: Record<string, unknown> = { type: 'session.update' };
+    let transcription: unknown;
+    let turn: unknown;
+    let hasTurn = false;
+    let noise: unknown;
+    if (form === 'ga') {
+      if (session.type !== undefined && session.type !== 'transcription') {
+        return invalid(
+          'unsupported_session_type',
+          `session.type ${JSON.stringify(session.type).slice(0, 32)} is not served here: only "transcription".`,
+        );
+      }
+      const input = isObject(session.audio) && isObject(session.audio.input) ? session.audio.input : {};
+      if (input.format !== undefined) {
+        const f = input.format;
+        if (!isObject(f) || f.type !== 'audio/pcm')
+          return invalid(
+            'unsupported_audio_format',
+            'audio.input.format: only {type: "audio/pcm"} is supported.',
+          );
+        if (f.rate !== undefined && f.rate !== 24000 && f.rate !== 16000)
+          return invalid('unsupported_audio_format', 'audio.input.format.rate must be 24000 or 16000.');
+        choices.rate = f.rate ?? 24000;
+      }
+      transcription = input.transcription;
+      hasTurn = 'turn_detection' in input;
+      turn = input.turn_detection;
+      noise = input.noise_reduction;
+    } else {
+      if (session.input_audio_format !== undefined) {
+        if (session.input_audio_format !== 'pcm16')
+          return invalid(
+            'unsupported_audio_format',
+            'input_audio_format: only "pcm16" (24 kHz) is supported.',
+          );
+        choices.rate = 24000;
+      }
+      transcription = session.input_audio_transcription;
+      hasTurn = 'turn_detection' in session;
+      turn = session.turn_detection;
+      noise = session.input_audio_noise_reduction;
+    }
+    if (transcription !== undefined && transcription !== null) {
+      if (!isObject(transcription))
+        return invalid('invalid_session_update', 'transcription must be an object.');
+      if (transcription.model !== undefined) choices.model = transcription.model as string | null;
+      // '' is OpenAI's "not set": detection.
+      if (transcription.language !== undefined) native.language = transcription.language || 'auto';
+      if (transcription.prompt !== undefined) native.prompt = transcription.prompt;
+    }
+    if (hasTurn) {
+      if (turn === null) native.vad = false;
+      else if (!isObject(turn) || (turn.type !== undefined && turn.type !== 'server_vad')) {
+        return invalid(
+          'unsupported_turn_detection',
+          'turn_detection: only {type: "server_vad"} or null is supported (semantic_vad is not).',
+        );
+      } else {
+        native.vad = true;
+        if (turn.threshold !== undefined) native.vad_threshold = turn.threshold;
+        if (turn.silence_duration_ms !== undefined) native.vad_silence_ms = turn.silence_duration_ms;
+        if (turn.prefix_padding_ms !== undefined) native.vad_prefix_ms = turn.prefix_padding_ms;
+      }
+    }
+    if (noise !== undefined) choices.noiseReduction = isObject(noise) ? { type: String(noise.type) } : null;
+    if (Array.isArray(session.include)) choices.include = session.include.map(String);
+    this.proposed = { choices, form };
+    return { kind: 'update', msg: native };
+  }
+
+  // ---- server events ---------------------------------------------------------------------
+
+  present(ev: ServerEvent): ServerEvent[] {
+    const event_id = this.id('event');
+    switch (ev.type) {
+      case 'session.created':
+        this.vad = (ev.session as { vad: boolean }).vad;
+        return [
+          {
+            type: this.connect.beta ? 'transcription_session.created' : 'session.created',
+            event_id,
+            session: this.session(ev, this.connect.beta ? 'beta' : 'ga'),
+          },
+        ];
+      case 'session.updated': {
+        const p = this.proposed;
+        this.proposed = null;
+        const form = p?.form ?? 'ga';
+        if (p) {
+          if (p.choices.rate !== this.choices.rate)
+            this.resampler = p.choices.rate === 24000 ? new Resampler24To16() : null;
+          this.choices = p.choices;
+        }
+        this.vad = (ev.session as { vad: boolean }).vad;
+        return [
+          {
+            type: form === 'beta' ? 'transcription_session.updated' : 'session.updated',
+            event_id,
+            session: this.session(ev, form),
+          },
+        ];
+      }
+      case 'input_audio_buffer.speech_started': {
+        const item = this.id('item');
+        this.items.set(ev.utterance_index as number, item);
+        if (!this.vad) return [];
+        return [{ type: ev.type, event_id, audio_start_ms: ev.audio_start_ms, item_id: item }];
+      }
+      case 'input_audio_buffer.speech_stopped': {
+        const item = this.items.get(ev.utterance_index as number) ?? this.id('item');
+        const out: ServerEvent[] = [];
+        if (this.vad) out.push({ type: ev.type, event_id, audio_end_ms: ev.audio_end_ms, item_id: item });
+        out.push({
+          type: 'input_audio_buffer.committed',
+          event_id: out.length ? this.id('event') : event_id,
+          previous_item_id: this.lastItem,
+          item_id: item,
+          audio_start_ms: ev.audio_start_ms,
+          audio_end_ms: ev.audio_end_ms,
+        });
+        this.lastItem = item;
+        return out;
+      }
+      case COMPLETED: {
+        const index = ev.utterance_index as number;
+        const item = this.items.get(index) ?? this.id('item');
+        this.items.delete(index);
+        if (ev.error) {
+          const e = ev.error as { code: string; message: string };
+          return [
+            {
+              type: 'conversation.item.input_audio_transcription.failed',
+              event_id,
+              item_id: item,
+              content_index: 0,
+              error: { type: 'server_error', code: e.code, message: e.message, param: null },
+            },
+          ];
+        }
+        const transcript = ev.text as string;
+        return [
+          {
+            type: 'conversation.item.input_audio_transcription.delta',
+            event_id,
+            item_id: item,
+            content_index: 0,
+            delta: transcript,
+          },
+          {
+            type: COMPLETED,
+            event_id: this.id('event'),
+            item_id: item,
+            content_index: 0,
+            transcript,
+            usage: { type: 'duration', seconds: (ev.audio_duration_ms as number) / 1000 },
+          },
+        ];
+      }
+      case 'error':
+        // A failed transcription is reported by its `...failed` event.
+        if (ev.code === 'transcription_failed' && ev.utterance_index !== undefined) return [];
+        return [
+          this.error(event_id, ev.code as string, ev.message as string, ev.field as string | undefined),
+        ];
+      case COMMIT_EMPTY:
+        return [
+          this.error(
+            event_id,
+            'input_audio_buffer_commit_empty',
+            'Error committing input audio buffer: no speech was heard since the last turn.',
+          ),
+        ];
+      default:
+        // input_audio_buffer.cleared, service.throttled (an extension: audio dropped, docs/realtime.md).
+        return [{ ...ev, event_id }];
+    }
+  }
+
+  private error(event_id: string, code: string, message: string, field?: string): ServerEvent {
+    const form = this.proposed?.form ?? 'ga';
+    if (code === 'invalid_session_update') this.proposed = null;
+    const param = field ? (PARAMS[field]?.[form] ?? field) : null;
+    return {
+      type: 'error',
+      event_id,
+      error: {
+        type: 'invalid_request_error',
+        code,
+        message,
+        param,
+        event_id: this.clientEventId,
+      },
+    };
+  }
+
+  /** The session object of either form, from the effective settings of a native session event. */
+  private session(ev: ServerEvent, form: Form): Record<string, unknown> {
+    const s = ev.session as Record<string, unknown>;
+    const c = this.choices;
+    const transcription = {
+      model: c.model,
+      language: s.language === 'auto' ? null : s.language,
+      prompt: s.prompt ?? '',
+    };
+    const turn = s.vad
+      ? {
+          type: 'server_vad',
+          threshold: s.vad_threshold,
+          prefix_padding_ms: s.vad_prefix_ms,
+          silence_duration_ms: s.vad_silence_ms,
+        }
+      : null;
+    const id = ev.session_id;
+    if (form === 'beta') {
+      return {
+        id,
+        object: 'realtime.transcription_session',
+        input_audio_format: 'pcm16',
+        input_audio_transcription: transcription,
+        turn_detection: turn,
+        input_audio_noise_reduction: c.noiseReduction,
+        include: c.include,
+        modalities: ['text'],
+        client_secret: null,
+      };
+    }
+    return {
+      type: 'transcription',
+      id,
+      object: 'realtime.transcription_session',
+      audio: {
+        input: {
+          format: { type: 'audio/pcm', rate: c.rate },
+          transcription,
+          noise_reduction: c.noiseReduction,
+          turn_detection: turn,
+        },
+      },
+      include: c.include,
+    };
+  }
+}

@@ -1,0 +1,239 @@
+/**
+ * The native realtime protocol (interface 4.8, 6.1): a client frame becomes a
+ * typed command, and the server's events are built here with their fields in
+ * the order they have always been sent. No state: the session
+ * (realtime/session.ts) decides what a command does and when an event goes
+ * out.
+ */
+import { PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
+
+export const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+
+/** What one client frame asks for. */
+export type ClientCommand =
+  | { kind: 'audio'; pcm: Buffer }
+  | { kind: 'update'; msg: Record<string, unknown> }
+  | { kind: 'flush' }
+  /** OpenAI dialect: end the turn now (a flush that reports an empty buffer). */
+  | { kind: 'commit' }
+  /** OpenAI dialect: drop the audio of the open turn (no transcript). */
+  | { kind: 'clear' }
+  /** A client mistake: an `error` event, the session stays open. */
+  | { kind: 'invalid'; code: string; message: string }
+  /** A frame above the frame limit: an `error` event, then close 1009. */
+  | { kind: 'tooLarge'; size: number };
+
+/** Why the VAD is flushed: the native flush (and a closing session), an OpenAI commit, an OpenAI clear. */
+export type FlushPurpose = 'flush' | 'commit' | 'discard';
+
+/** A commit that ended no utterance (nothing audible since the last turn): only the OpenAI dialect presents it. */
+export const COMMIT_EMPTY = 'input_audio_buffer.commit_empty';
+
+const invalid = (code: string, message: string): ClientCommand => ({ kind: 'invalid', code, message });
+
+/** A binary frame: raw PCM16LE. */
+export function parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCommand {
+  if (data.byteLength > maxFrameBytes) return { kind: 'tooLarge', size: data.byteLength };
+  if (data.byteLength % 2 !== 0) {
+    return invalid('invalid_audio', 'Audio frames must hold whole 16-bit samples (an even number of bytes).');
+  }
+  return { kind: 'audio', pcm: Buffer.from(data) };
+}
+
+/** A text frame's JSON object, or the command that refuses it (too large, not JSON, not an object). */
+export function parseJsonFrame(
+  text: string,
+  maxFrameBytes: number,
+  /** The message type whose size is measured by its decoded audio instead of its text. */
+  appendType: string,
+): { msg: Record<string, unknown> } | { refused: ClientCommand } {
+  // No message is larger than an append carrying a whole frame of audio in base64.
+  if (text.length > Math.ceil(maxFrameBytes / 3) * 4 + 1024)
+    return { refused: { kind: 'tooLarge', size: text.length } };
+  let msg: unknown;
+  try {
+    msg = JSON.parse(text);
+  } catch {
+    return { refused: invalid('invalid_json', 'Text frames must be JSON objects.') };
+  }
+  if (!msg || typeof msg !== 'object' || Array.isArray(msg)) {
+    return { refused: invalid('invalid_json', 'Text frames must be JSON objects.') };
+  }
+  const m = msg as Record<string, unknown>;
+  // Frames other than audio are held to the frame limit too (appends are measured by their audio).
+  if (text.length > maxFrameBytes && m.type !== appendType)
+    return { refused: { kind: 'tooLarge', size: text.length } };
+  if (typeof m.type !== 'string' || m.type === '')
+    return { refused: invalid('missing_type', 'Messages must carry a "type".') };
+  return { msg: m };
+}
+
+/** A text frame of the native protocol. */
+export function parseText(text: string, maxFrameBytes: number): ClientCommand {
+  const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
+  if ('refused' in parsed) return parsed.refused;
+  const m = parsed.msg;
+  const type = m.type as string;
+  switch (type) {
+    case 'session.update':
+      return { kind: 'update', msg: m };
+    case 'input_audio_buffer.append':
+      return parseAppend(m.audio, maxFrameBytes);
+    case 'input_audio_buffer.flush':
+    case 'flush':
+      return { kind: 'flush' };
+    default:
+      return invalid('unknown_type', `Unknown message type "${type.slice(0, 64)}".`);
+  }
+}
+
+/** The `audio` of an append: base64 PCM16LE, at most a frame once decoded. */
+export function parseAppend(audio: unknown, maxFrameBytes: number): ClientCommand {
+  if (typeof audio !== 'string') return invalid('invalid_audio', '"audio" must be a base64 string.');
+  const b64 = audio;
+  // Decoded size is known before decoding: refuse oversized frames without allocating them.
+  const decodedLen = Math.floor((b64.length * 3) / 4);
+  if (decodedLen > maxFrameBytes + 3) return { kind: 'tooLarge', size: decodedLen };
+  if (b64.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64)) {
+    return invalid('invalid_audio', '"audio" is not valid base64.');
+  }
+  const buf = Buffer.from(b64, 'base64');
+  if (buf.length > maxFrameBytes) return { kind: 'tooLarge', size: buf.length };
+  if (buf.length % 2 !== 0) {
+    return invalid('invalid_audio', 'Audio must hold whole 16-bit samples (an even number of bytes).');
+  }
+  return { kind: 'audio', pcm: buf };
+}
+
+export const frameTooLargeMessage = (size: number, maxFrameBytes: number): string =>
+  `Frame of ${size} bytes exceeds the frame limit of ${maxFrameBytes} bytes.`;
+
+/** How a session speaks to its client: frames to commands, the session's events to what is sent. */
+export interface SessionProtocol {
+  parseText(text: string, maxFrameBytes: number): ClientCommand;
+  parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCommand;
+  /** The frames sent for one of the session's (native) events; absent: the event as it is. */
+  present?(ev: ServerEvent): ServerEvent[];
+}
+
+export const NATIVE_PROTOCOL: SessionProtocol = { parseText, parseBinary };
+
+// ---- server events ----------------------------------------------------------------------------
+
+export type ServerEvent = Record<string, unknown> & { type: string };
+
+/** The fixed audio format of the native protocol (2.7). */
+export const nativeAudio = () => ({ format: 'pcm_s16le', sample_rate: PCM_SAMPLE_RATE, channels: 1 });
+
+export const events = {
+  sessionCreated: (o: {
+    requestId: string;
+    sessionId: string;
+    plan: string;
+    limits: Record<string, number>;
+    session: Record<string, unknown>;
+  }): ServerEvent => ({
+    type: 'session.created',
+    request_id: o.requestId,
+    session_id: o.sessionId,
+    audio: nativeAudio(),
+    turn_detection: { type: 'server_vad' },
+    plan: o.plan,
+    limits: o.limits,
+    session: o.session,
+  }),
+
+  sessionUpdated: (o: {
+    requestId: string;
+    sessionId: string;
+    session: Record<string, unknown>;
+    ignored: string[];
+  }): ServerEvent => ({
+    type: 'session.updated',
+    request_id: o.requestId,
+    session_id: o.sessionId,
+    session: o.session,
+    audio: nativeAudio(),
+    ignored_fields: o.ignored,
+  }),
+
+  speechStarted: (index: number, audioStartMs: number): ServerEvent => ({
+    type: 'input_audio_buffer.speech_started',
+    utterance_index: index,
+    audio_start_ms: audioStartMs,
+  }),
+
+  speechStopped: (index: number, reason: string, audioStartMs: number, audioEndMs: number): ServerEvent => ({
+    type: 'input_audio_buffer.speech_stopped',
+    utterance_index: index,
+    reason,
+    audio_start_ms: audioStartMs,
+    audio_end_ms: audioEndMs,
+  }),
+
+  /** The fields of an utterance's `completed` known before the engine answers. */
+  completedBase: (index: number, language: string, audioMs: number, speechMs: number) => ({
+    type: COMPLETED,
+    utterance_index: index,
+    // The language this utterance was sent with (a later session.update does not change it).
+    language,
+    audio_duration_ms: audioMs,
+    speech_duration_ms: speechMs,
+  }),
+
+  completed: (
+    base: Record<string, unknown>,
+    o: {
+      text: string;
+      language: string;
+      latencyMs: number;
+      words: { word: string; start: number; end: number; confidence: number | undefined }[];
+    },
+  ): ServerEvent => ({
+    ...(base as ServerEvent),
+    text: o.text,
+    language: o.language,
+    latency_ms: o.latencyMs,
+    words: o.words,
+  }),
+
+  /** The `error` that precedes a failed utterance's `completed`. */
+  transcriptionFailed: (index: number, message: string, upstreamCode: string): ServerEvent => ({
+    type: 'error',
+    code: 'transcription_failed',
+    message,
+    utterance_index: index,
+    upstream_code: upstreamCode,
+  }),
+
+  failedCompleted: (base: Record<string, unknown>, latencyMs: number, message: string): ServerEvent => ({
+    ...(base as ServerEvent),
+    text: '',
+    latency_ms: latencyMs,
+    error: { code: 'transcription_failed', message },
+  }),
+
+  throttled: (o: {
+    reason: string;
+    droppedBytes: number;
+    droppedMs: number;
+    inFlightUtterances: number;
+    inFlightBytes: number;
+    maxConcurrentUtterances: number;
+  }): ServerEvent => ({
+    type: 'service.throttled',
+    reason: o.reason,
+    dropped_bytes: o.droppedBytes,
+    dropped_ms: o.droppedMs,
+    in_flight_utterances: o.inFlightUtterances,
+    in_flight_bytes: o.inFlightBytes,
+    max_concurrent_utterances: o.maxConcurrentUtterances,
+  }),
+
+  error: (code: string, message: string, extra: Record<string, unknown> = {}): ServerEvent => ({
+    type: 'error',
+    code,
+    message,
+    ...extra,
+  }),
+};

@@ -1,0 +1,450 @@
+/**
+ * A session's utterances: audio in (lead-in, VAD), segments out (speech
+ * started, stopped), each sent to the speech engine (streaming decoder while
+ * it is spoken, or the clip form at its end) and answered with exactly one
+ * `completed`, in the order of interface 6.1. Also the accounting the limits
+ * are checked against: audio received, dropped, in flight.
+ *
+ * Failure policy (decisions.md): every utterance that produced
+ * `speech_stopped` gets exactly one `...transcription.completed`; when the
+ * upstream fails the completed event carries `text: ""` and
+ * `error: {code, message}`, preceded by an `error` event with the same
+ * `utterance_index` and code `transcription_failed`.
+ */
+import type { Logger } from 'pino';
+import type { Principal } from '../shared/auth/index.js';
+import { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
+import {
+  EngineBusyError,
+  type SpeechEngine,
+  type SpeechStream,
+  type StreamingUtterance,
+  type TranscribeResult,
+} from '../shared/stt/types.js';
+import type { RealtimeConfig } from '../shared/config/realtime.js';
+import type { SegmenterEvent } from './vad/segmenter.js';
+import type { VadEvent, VadService, VadStream } from './vad/service.js';
+import type { SessionSettings } from './options.js';
+import type { CircuitBreaker } from './breaker.js';
+import { LeadIn } from './leadIn.js';
+import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
+import {
+  audioLimit,
+  dropReason,
+  THROTTLE_EVENT_INTERVAL_MS,
+  type CloseKind,
+  type SessionState,
+} from './closePolicy.js';
+
+export interface UtteranceDeps {
+  config: RealtimeConfig;
+  engine: SpeechEngine;
+  breaker: CircuitBreaker;
+  vad: VadService;
+  logger: Logger;
+  /** Measurement hook: stopped-to-completed time and the engine's own share of it. */
+  onCompleted?: (latencyMs: number, engineMs: number) => void;
+  /** Every utterance's outcome once: transcribed, failed (reported with an error) or dropped (not started). */
+  onUtterance?: (outcome: 'completed' | 'failed' | 'dropped') => void;
+}
+
+/** What the tracker needs of its session. */
+export interface UtteranceHost {
+  readonly sessionId: string;
+  readonly principal: Principal;
+  /** Window budget left when the session began (seconds). */
+  readonly remainingWindowSeconds: number;
+  readonly state: SessionState;
+  readonly settings: SessionSettings;
+  now(): number;
+  emit(ev: ServerEvent): void;
+  end(kind: CloseKind): void;
+  /** A draining session's last work finished: it may close now. */
+  finalClose(): void;
+}
+
+interface Pending {
+  index: number;
+  bytes: number;
+  abort: AbortController;
+  timedOut: boolean;
+  stoppedAt: number;
+  /** Fields of the completed event known before the upstream answers. */
+  base: Record<string, unknown>;
+}
+
+export class UtteranceTracker {
+  private vad: VadStream | null = null;
+  /** Where the VAD's view of the session starts (realtime/leadIn.ts). */
+  private leadIn: LeadIn | null = null;
+  /** The engine's streaming form for this session (null: clip form only). */
+  private speech: SpeechStream | null = null;
+  /** The open utterance, fed to a streaming decoder while it is spoken (null: clip form at its end). */
+  private streaming: StreamingUtterance | null = null;
+  /** Mirror of the segmenter's state: an utterance is open. */
+  private vadOpen = false;
+  /** Flushes sent to the VAD whose `flushed` marker has not come back. */
+  private flushing = 0;
+  private nextIndex = 0;
+  private openIndex = -1;
+  /** The open utterance started while max_concurrent_utterances were in flight: its audio is dropped. */
+  private dropping = false;
+  /** Language and prompt of the open utterance, fixed when it started (4.9: changes apply to new utterances). */
+  private openLanguage = '';
+  private openPrompt: string | undefined;
+  private openStartMs = 0;
+  private readonly pending = new Map<number, Pending>();
+  private inFlightBytes = 0;
+  private audioBytes = 0;
+  /** Audio received but dropped with an utterance that could not start (max_concurrent_utterances): not billed. */
+  private unbilledBytes = 0;
+  private droppedBytes = 0;
+  private lastThrottleAt = 0;
+  /** Flushes sent to the VAD, oldest first: what each was for, and whether it ended an utterance. */
+  private readonly flushes: { purpose: FlushPurpose; ended: boolean }[] = [];
+
+  constructor(
+    private readonly host: UtteranceHost,
+    private readonly deps: UtteranceDeps,
+  ) {}
+
+  get audioSeconds(): number {
+    return (this.audioBytes - this.unbilledBytes) / PCM_BYTES_PER_SECOND;
+  }
+
+  get inFlight(): { utterances: number; bytes: number } {
+    return { utterances: this.pending.size, bytes: this.inFlightBytes };
+  }
+
+  /** Nothing in flight: no utterance awaiting the engine, no flush awaiting the VAD. */
+  get idle(): boolean {
+    return this.pending.size === 0 && this.flushing === 0;
+  }
+
+  /** New settings reach the VAD at once (language and prompt apply to utterances that start later). */
+  configure(settings: SessionSettings): void {
+    this.vad?.configure(settings);
+  }
+
+  /**
+   * Ends the open utterance now (reason `flush`). A `commit` that ends none is reported
+   * (`input_audio_buffer.commit_empty`, an event only the OpenAI dialect presents); a `discard`
+   * drops the utterance it ends without a transcript (OpenAI's `input_audio_buffer.clear`).
+   */
+  flush(purpose: FlushPurpose = 'flush'): void {
+    if (!this.vad) {
+      if (purpose === 'commit') this.host.emit({ type: COMMIT_EMPTY });
+      return;
+    }
+    this.flushing++;
+    this.flushes.push({ purpose, ended: false });
+    this.vad.flush();
+  }
+
+  /** Audio the session took (16 kHz PCM16LE). */
+  audio(buf: Buffer): void {
+    if (buf.length === 0) return;
+    const cfg = this.deps.config;
+    const limits = this.host.principal.limits;
+    const drop = dropReason({
+      inFlightUtterances: this.pending.size,
+      maxConcurrentUtterances: limits.maxConcurrentUtterances,
+      utteranceOpen: this.vadOpen,
+      inFlightBytes: this.inFlightBytes,
+      softBytes: cfg.upstreamSoftBytes,
+    });
+    if (drop) return this.throttle(buf.length, drop);
+
+    this.audioBytes += buf.length;
+    const over = audioLimit(
+      this.audioSeconds,
+      limits.maxAudioSecondsPerSession,
+      this.host.remainingWindowSeconds,
+    );
+    if (over) return this.host.end(over);
+
+    if (!this.vad) {
+      const settings = this.host.settings;
+      this.leadIn = new LeadIn({
+        gateDbfs: cfg.vad.gateDbfs,
+        prefixMs: settings.prefixMs,
+        sampleRate: PCM_BYTES_PER_SECOND / 2,
+        enabled: settings.vad,
+      });
+      this.speech = this.deps.engine.openStream?.() ?? null;
+      this.vad = this.deps.vad.open(settings, (evs) => this.onVadEvents(evs), {
+        streamAudio: this.speech !== null,
+      });
+    }
+    const heard = this.leadIn!.push(buf);
+    if (heard.length > 0) this.vad.push(heard);
+  }
+
+  /** A position the VAD reports (ms from its first sample) as a sample of the session's audio. */
+  private sessionSample(vadMs: number): number {
+    return this.leadIn!.toSessionSamples((vadMs * PCM_SAMPLE_RATE) / 1000);
+  }
+
+  private throttle(bytes: number, reason: string): void {
+    this.droppedBytes += bytes;
+    const t = this.host.now();
+    if (t - this.lastThrottleAt < THROTTLE_EVENT_INTERVAL_MS) return;
+    this.lastThrottleAt = t;
+    this.host.emit(
+      events.throttled({
+        reason,
+        droppedBytes: this.droppedBytes,
+        droppedMs: Math.round((this.droppedBytes / PCM_BYTES_PER_SECOND) * 1000),
+        inFlightUtterances: this.pending.size,
+        inFlightBytes: this.inFlightBytes,
+        maxConcurrentUtterances: this.host.principal.limits.maxConcurrentUtterances,
+      }),
+    );
+    this.droppedBytes = 0;
+  }
+
+  private onVadEvents(evs: VadEvent[]): void {
+    for (const ev of evs) {
+      if (ev.type === 'flushed') {
+        this.flushing--;
+        const f = this.flushes.shift();
+        if (f?.purpose === 'commit' && !f.ended && this.host.state !== 'closed')
+          this.host.emit({ type: COMMIT_EMPTY });
+        if (this.host.state === 'draining' && this.flushing === 0 && this.pending.size === 0)
+          this.host.finalClose();
+      } else {
+        this.handle(ev);
+      }
+    }
+  }
+
+  private handle(ev: SegmenterEvent): void {
+    if (this.host.state === 'closed') return;
+    if (ev.type === 'audio') {
+      if (!this.dropping) this.streaming?.push(ev.pcm);
+      return;
+    }
+    this.vadOpen = ev.type === 'start';
+    if (ev.type === 'start') {
+      // The bound on utterances in flight (3.3) holds even when several start and stop within one
+      // batch of audio or speech continues past a max_duration split: an utterance that would exceed
+      // it is not started; its audio is dropped and reported with service.throttled when it ends.
+      if (this.pending.size >= this.host.principal.limits.maxConcurrentUtterances) {
+        this.dropping = true;
+        this.deps.onUtterance?.('dropped');
+        return;
+      }
+      const settings = this.host.settings;
+      this.dropping = false;
+      this.openIndex = this.nextIndex++;
+      this.openLanguage = settings.language;
+      this.openPrompt = settings.prompt;
+      this.openStartMs = this.leadIn!.toSessionMs(ev.audioStartMs);
+      const language = this.openLanguage === 'auto' ? undefined : this.openLanguage;
+      this.streaming =
+        this.speech?.begin({
+          language,
+          streamPosition: this.sessionSample(ev.audioStartMs),
+        }) ?? null;
+      this.host.emit(events.speechStarted(this.openIndex, this.openStartMs));
+    } else {
+      if (this.dropping) {
+        this.dropping = false;
+        this.unbilledBytes += ev.pcm.length;
+        return this.throttle(ev.pcm.length, 'max_concurrent_utterances');
+      }
+      const index = this.openIndex;
+      this.openIndex = -1;
+      const streaming = this.streaming;
+      this.streaming = null;
+      if (ev.reason === 'flush' && this.flushes.length > 0) {
+        const f = this.flushes[0];
+        f.ended = true;
+        // Cleared by the client: no stopped, no transcript (its audio was received and is billed).
+        if (f.purpose === 'discard') return streaming?.cancel();
+      }
+      const stoppedAt = this.host.now();
+      this.host.emit(
+        events.speechStopped(
+          index,
+          ev.reason,
+          this.leadIn!.toSessionMs(ev.audioStartMs),
+          this.leadIn!.toSessionMs(ev.audioEndMs),
+        ),
+      );
+      // Sending speech_stopped may itself have closed the session (a client that stopped reading):
+      // nothing more can reach it, so the utterance is not sent upstream.
+      if ((this.host.state as SessionState) === 'closed') return streaming?.cancel();
+      this.transcribe(
+        index,
+        ev.pcm,
+        ev.audioStartMs,
+        ev.speechMs,
+        stoppedAt,
+        this.openLanguage,
+        this.openPrompt,
+        streaming,
+      );
+    }
+  }
+
+  private transcribe(
+    index: number,
+    pcm: Buffer,
+    /** Where the utterance starts in the VAD's view of the session (ms). */
+    startMs: number,
+    speechMs: number,
+    stoppedAt: number,
+    language: string,
+    prompt: string | undefined,
+    /** The utterance was fed to a streaming decoder as it was spoken: only its end is left. */
+    streaming: StreamingUtterance | null,
+  ): void {
+    const cfg = this.deps.config;
+    const audioMs = Math.round((pcm.length / PCM_BYTES_PER_SECOND) * 1000);
+    const abort = new AbortController();
+    const base = events.completedBase(index, language === 'auto' ? '' : language, audioMs, speechMs);
+    const p: Pending = { index, bytes: pcm.length, abort, timedOut: false, stoppedAt, base };
+    this.pending.set(index, p);
+    this.inFlightBytes += pcm.length;
+    if (this.inFlightBytes > cfg.upstreamHardBytes) {
+      streaming?.cancel();
+      this.host.end('upstreamBackpressure');
+      return;
+    }
+    const timer = setTimeout(() => {
+      p.timedOut = true;
+      abort.abort(new Error('transcription timed out'));
+    }, cfg.transcribeTimeoutMs);
+    const result: Promise<TranscribeResult> = streaming
+      ? streaming.finish(abort.signal)
+      : this.deps.engine.transcribe({
+          pcm,
+          streamPosition: this.sessionSample(startMs),
+          language: language === 'auto' ? undefined : language,
+          prompt,
+          model: this.host.settings.sttModel,
+          signal: abort.signal,
+        });
+    result
+      .then(
+        (r) => {
+          this.deps.breaker.success();
+          if (!this.settle(p)) return;
+          const latency = this.host.now() - stoppedAt;
+          // Word times on the session's audio (seconds from its first sample), as verbose_json gives them.
+          const at = this.sessionSample(startMs) / PCM_SAMPLE_RATE;
+          const t = (x: number) => Math.max(0, Math.round((at + x) * 1000) / 1000);
+          this.host.emit(
+            events.completed(base, {
+              text: r.text,
+              language: r.language || (language === 'auto' ? '' : language),
+              latencyMs: Math.round(latency),
+              words: r.words.map((w) => ({
+                word: w.word,
+                start: t(w.start),
+                end: t(w.end),
+                confidence: w.confidence,
+              })),
+            }),
+          );
+          this.deps.onCompleted?.(latency, r.engineMs);
+          this.deps.onUtterance?.('completed');
+        },
+        (err: unknown) => {
+          const e = err as { code?: string; message?: string; retryable?: boolean };
+          // Engine failures count, waiting does not: our own timeout, and an engine that says it is behind
+          // (EngineBusyError: its decode limit passed on busy cores), measure queueing behind other sessions
+          // (overload, refused at admission), not a broken engine (the speech client's attempt timeouts
+          // report a hung one). A session that went away aborts its own requests, and an upstream that
+          // refuses one request (unsupported language: retryable=false) is up.
+          const counts = !abort.signal.aborted && e.retryable !== false && !(err instanceof EngineBusyError);
+          if (counts) this.deps.breaker.failure();
+          if (!this.settle(p)) return;
+          this.deps.logger.warn(
+            { err, sessionId: this.host.sessionId, index },
+            'utterance transcription failed',
+          );
+          this.failUtterance(
+            index,
+            base,
+            stoppedAt,
+            e.code ?? 'transcription_failed',
+            e.message ?? 'transcription failed',
+          );
+          if (this.deps.breaker.isOpen && this.host.state === 'open') this.host.end('upstreamUnavailable');
+        },
+      )
+      .finally(() => clearTimeout(timer));
+  }
+
+  private failUtterance(
+    index: number,
+    base: Record<string, unknown>,
+    stoppedAt: number,
+    upstreamCode: string,
+    message: string,
+  ): void {
+    this.host.emit(events.transcriptionFailed(index, message, upstreamCode));
+    this.host.emit(events.failedCompleted(base, Math.round(this.host.now() - stoppedAt), message));
+    this.deps.onUtterance?.('failed');
+  }
+
+  /** Removes a finished utterance; false when the session already reported it. */
+  private settle(p: Pending): boolean {
+    if (!this.pending.delete(p.index)) return false;
+    this.inFlightBytes -= p.bytes;
+    if (this.host.state === 'draining' && this.pending.size === 0 && this.flushing === 0)
+      queueMicrotask(() => this.host.finalClose());
+    return this.host.state !== 'closed';
+  }
+
+  /**
+   * The session is closing for good (events still writable): utterances in flight and the one
+   * still open are reported as failed, never left silent.
+   */
+  failAll(closeCode: number, closeReason: string): void {
+    for (const p of [...this.pending.values()]) {
+      p.abort.abort(new Error('session closed'));
+      this.pending.delete(p.index);
+      this.inFlightBytes -= p.bytes;
+      const why = `session closed (${closeReason || closeCode}) before the transcription finished`;
+      this.failUtterance(p.index, p.base, p.stoppedAt, 'session_closed', why);
+    }
+    // An utterance still open (an abrupt close: 1009, 1011, 1013) was announced with speech_started:
+    // it gets its speech_stopped (reason session_closed) and a failed completed, never silence.
+    if (this.openIndex >= 0 && !this.dropping) {
+      const index = this.openIndex;
+      this.openIndex = -1;
+      const why = `session closed (${closeReason || closeCode}) before the utterance ended`;
+      this.host.emit(
+        events.speechStopped(
+          index,
+          'session_closed',
+          this.openStartMs,
+          Math.round((this.audioBytes / PCM_BYTES_PER_SECOND) * 1000),
+        ),
+      );
+      const language = this.openLanguage === 'auto' ? '' : this.openLanguage;
+      const base = events.completedBase(index, language, 0, 0);
+      this.failUtterance(index, base, this.host.now(), 'session_closed', why);
+    }
+  }
+
+  /** The client went away: utterances in flight are abandoned (nothing can be reported). */
+  abandon(): void {
+    for (const p of this.pending.values()) p.abort.abort(new Error('client went away'));
+    this.pending.clear();
+    this.inFlightBytes = 0;
+  }
+
+  /** Releases the VAD stream and the engine's decoders. */
+  close(): void {
+    this.vad?.close();
+    this.vad = null;
+    this.streaming?.cancel();
+    this.streaming = null;
+    this.speech?.close();
+    this.speech = null;
+  }
+}

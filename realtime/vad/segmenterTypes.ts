@@ -1,0 +1,41 @@
+/** What the segmenter (segmenter.ts) takes and gives: its options, its model source, its events. */
+import type { Classifier } from './silero.js';
+
+export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 'flush';
+
+export type SegmenterEvent =
+  | { type: 'start'; /** stream position of the utterance's first sample, ms */ audioStartMs: number }
+  | { type: 'audio'; pcm: Buffer }
+  | {
+      type: 'stop';
+      reason: StopReason;
+      pcm: Buffer;
+      /** Windows flagged as speech in the utterance, in ms. */
+      speechMs: number;
+      audioStartMs: number;
+      audioEndMs: number;
+    };
+
+export interface ClassifierSource {
+  /** A classifier for the given threshold, or null (energy fallback is used). */
+  acquire(threshold: number): Classifier | null;
+}
+
+export interface SegmenterOptions {
+  /** RMS gate in dBFS below which an idle stream's window is silence without the model. */
+  gateDbfs: number;
+  /** Hand the classifier back after this much gated silence. */
+  releaseAfterMs: number;
+  /**
+   * Speech hold: inside an open utterance, a window at least this many dB
+   * above the stream's noise floor, right after a model "speech" answer, is
+   * speech without running the model (0 disables). The model still runs at
+   * least every `maxSkip + 1` windows and on every quieter window, so pauses
+   * (what ends utterances) are always judged by silero. Values: VAD_TUNING
+   * in shared/config/realtime.ts; without `maxSkip` the hold skips nothing.
+   */
+  holdDb?: number;
+  maxSkip?: number;
+  /** Emit `audio` events while an utterance is open (see above). */
+  streamAudio?: boolean;
+}

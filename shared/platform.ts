@@ -1,0 +1,68 @@
+/**
+ * The platform kernel: the resources every serving process shares, built in
+ * one place from the configuration and closed by one `close()` in the right
+ * order (the ledger flushes while the database is still there; the database
+ * goes last). The API (api/deps.ts) adds its batch plane and readiness on
+ * top; the realtime tier (realtime/main.ts) uses it as it is.
+ */
+import type { Knex } from 'knex';
+import type { Config } from './config/index.js';
+import type { Logger } from './logger.js';
+import { createDb, migrateLatest } from './db/index.js';
+import { createAuthentication, type Authenticator, type KeyStore } from './auth/index.js';
+import { createLimits, type LimitsDriver } from './limits/index.js';
+import { createSpeechEngine } from './stt/index.js';
+import { UsageLedger } from './usage.js';
+import type { PlanCatalog } from './plans.js';
+
+export interface Platform {
+  readonly config: Config;
+  readonly logger: Logger;
+  readonly db: Knex;
+  readonly plans: PlanCatalog;
+  readonly keys: KeyStore;
+  readonly auth: Authenticator;
+  readonly limits: LimitsDriver;
+  readonly ledger: UsageLedger;
+  /** The speech engine of this process (its decoders load now, not on the first request). */
+  readonly speech: ReturnType<typeof createSpeechEngine>;
+  /** Closes everything above, the database last; never throws. */
+  close(): Promise<void>;
+}
+
+export function createPlatform(config: Config, logger: Logger): Platform {
+  if (!config.databaseUrl) throw new Error('DATABASE_URL is required (the embedded start provides one)');
+  const db = createDb(config.databaseUrl, { poolMax: config.dbPoolMax, logger });
+  const { plans, keys, auth } = createAuthentication(config, db, logger);
+  const limits = createLimits(config.redisUrl);
+  const ledger = new UsageLedger(db, config.ledger, logger).start();
+  const speech = createSpeechEngine(config, logger);
+  return {
+    config,
+    logger,
+    db,
+    plans,
+    keys,
+    auth,
+    limits,
+    ledger,
+    speech,
+    async close() {
+      await ledger.close().catch(() => {});
+      await auth.close().catch(() => {});
+      await limits.close().catch(() => {});
+      await speech.close().catch(() => {});
+      await db.destroy().catch(() => {});
+    },
+  };
+}
+
+/** Migrates the database when the configuration says so (under the migration lock); the migrations applied. */
+export async function migrateIfConfigured(
+  platform: Pick<Platform, 'config' | 'db' | 'logger'>,
+): Promise<string[]> {
+  if (!platform.config.migrateOnStart) return [];
+  const applied = await migrateLatest(platform.db);
+  if (applied.length) platform.logger.info({ applied }, 'database migrated');
+  return applied;
+}

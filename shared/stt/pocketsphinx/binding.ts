@@ -1,0 +1,93 @@
+/**
+ * The native PocketSphinx and sphinxbase functions the decoder calls
+ * (koffi), bound once per process from the Debian libraries.
+ */
+import koffi from 'koffi';
+
+type Fn = (...args: unknown[]) => unknown;
+
+export interface Binding {
+  ps_args: Fn;
+  cmd_ln_parse_r: Fn;
+  cmd_ln_free_r: Fn;
+  ps_init: Fn;
+  ps_free: Fn;
+  ps_start_stream: Fn;
+  ps_start_utt: Fn;
+  ps_process_raw: Fn;
+  ps_end_utt: Fn;
+  ps_seg_iter: Fn;
+  ps_seg_next: Fn;
+  ps_seg_free: Fn;
+  ps_seg_word: Fn;
+  ps_seg_frames: Fn;
+  ps_seg_prob: Fn;
+  ps_get_logmath: Fn;
+  logmath_exp: Fn;
+  err_set_logfp: Fn;
+  ps_get_config: Fn;
+  fe_init_auto_r: Fn;
+  fe_start_utt: Fn;
+  fe_start_stream: Fn;
+  fe_free: Fn;
+  ps_process_cep: Fn;
+  fe_process_utt: Fn;
+  fe_process_frames: Fn;
+  fe_end_utt: Fn;
+  ckd_free_2d: Fn;
+}
+
+let binding: Binding | undefined;
+
+export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: string }): Binding {
+  if (binding) return binding;
+  const ps = koffi.load(opts.pocketsphinxLibrary);
+  const sb = koffi.load(opts.sphinxbaseLibrary);
+  binding = {
+    ps_args: ps.func('void *ps_args()'),
+    cmd_ln_parse_r: sb.func(
+      'void *cmd_ln_parse_r(void *inout, void *defn, int argc, const char **argv, int strict)',
+    ),
+    cmd_ln_free_r: sb.func('int cmd_ln_free_r(void *cmdln)'),
+    ps_init: ps.func('void *ps_init(void *config)'),
+    ps_free: ps.func('int ps_free(void *ps)'),
+    ps_start_stream: ps.func('int ps_start_stream(void *ps)'),
+    ps_start_utt: ps.func('int ps_start_utt(void *ps)'),
+    ps_process_raw: ps.func(
+      'int ps_process_raw(void *ps, const int16_t *data, size_t n, int no_search, int full_utt)',
+    ),
+    ps_end_utt: ps.func('int ps_end_utt(void *ps)'),
+    ps_seg_iter: ps.func('void *ps_seg_iter(void *ps)'),
+    ps_seg_next: ps.func('void *ps_seg_next(void *seg)'),
+    ps_seg_free: ps.func('void ps_seg_free(void *seg)'),
+    ps_seg_word: ps.func('const char *ps_seg_word(void *seg)'),
+    ps_seg_frames: ps.func('void ps_seg_frames(void *seg, _Out_ int *sf, _Out_ int *ef)'),
+    ps_seg_prob: ps.func('int ps_seg_prob(void *seg, _Out_ int *ascr, _Out_ int *lscr, _Out_ int *lback)'),
+    ps_get_logmath: ps.func('void *ps_get_logmath(void *ps)'),
+    logmath_exp: sb.func('double logmath_exp(void *lmath, int p)'),
+    err_set_logfp: sb.func('void err_set_logfp(void *stream)'),
+    ps_get_config: ps.func('void *ps_get_config(void *ps)'),
+    fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),
+    fe_start_utt: sb.func('int fe_start_utt(void *fe)'),
+    fe_start_stream: sb.func('void fe_start_stream(void *fe)'),
+    fe_free: sb.func('int fe_free(void *fe)'),
+    ps_process_cep: ps.func(
+      'int ps_process_cep(void *ps, void *data, int nframes, int no_search, int full_utt)',
+    ),
+    // mfcc_t is float in Debian's (floating-point) build; the block is ckd_calloc_2d's: row pointers, then the rows.
+    fe_process_utt: sb.func(
+      'int fe_process_utt(void *fe, const int16_t *spch, size_t nsamps, _Out_ void **cep_block, _Out_ int *nframes)',
+    ),
+    fe_process_frames: sb.func(
+      'int fe_process_frames(void *fe, void *inout_spch, void *inout_nsamps, void *buf_cep, _Inout_ int *inout_nframes, void *out_frameidx)',
+    ),
+    fe_end_utt: sb.func('int fe_end_utt(void *fe, void *out_cepvector, _Out_ int *out_nframes)'),
+    ckd_free_2d: sb.func('void ckd_free_2d(void *ptr)'),
+  };
+  // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init
+  // fopen a new one and fclose the previous, so decoders starting or stopping in several threads at
+  // once double-closed it (heap corruption: "free(): invalid pointer", later segfaults). Setting the
+  // global to NULL is a plain store of the same value from any thread, and nothing is ever closed.
+  binding.err_set_logfp(null);
+  return binding;
+}

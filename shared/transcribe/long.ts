@@ -1,0 +1,73 @@
+/**
+ * Long uploads on the synchronous planes (issue 22): audio too long to hold
+ * in memory is spooled to a file as it is decoded (shared/audio, decodeUpload)
+ * and transcribed here a piece at a time, so memory stays bounded by one
+ * piece whatever the upload decodes to (hours of silence compress to almost
+ * nothing).
+ *
+ * Pieces are cut as the batch plane cuts its chunks: about LONG_PIECE_SECONDS
+ * each, each cut moved into the quietest pause near it (planSlices). A piece
+ * whose loudest 10 ms frame stays below SILENT_PIECE_DB holds nothing to
+ * transcribe and is not sent to the engine. Pieces go to the engine one after
+ * another: one upload holds at most one decoder, as a clip does.
+ */
+import type { DecodedAudio } from '../audio/index.js';
+import { energyEnvelope, FRAME_SECONDS, planSlices, sliceByteRange } from '../audio/slicing.js';
+import { buildTranscript } from '../stt/transcript.js';
+import type { SpeechEngine, TranscribeRequest, TranscribeResult, TranscriptWord } from '../stt/types.js';
+
+/** Length of the pieces long audio is transcribed in (the largest the engine takes at its best). */
+export const LONG_PIECE_SECONDS = 60;
+/** How far a cut may move from its ideal place to sit in a pause. */
+const CUT_SEARCH_SECONDS = 10;
+/** A piece whose loudest frame is below this (dBFS) is silence: nothing to transcribe. */
+export const SILENT_PIECE_DB = -60;
+
+export async function transcribePieces(
+  engine: Pick<SpeechEngine, 'transcribe'>,
+  audio: DecodedAudio,
+  req: Omit<TranscribeRequest, 'pcm'>,
+): Promise<TranscribeResult> {
+  const envelope = audio.envelope ?? energyEnvelope(audio.pcm ?? Buffer.alloc(0));
+  const { slices } = planSlices(envelope, audio.seconds, {
+    segmentSeconds: LONG_PIECE_SECONDS,
+    maxSearchSeconds: CUT_SEARCH_SECONDS,
+  });
+  const words: TranscriptWord[] = [];
+  let language = '';
+  let workerId = '';
+  let fallbackUsed = false;
+  let engineMs = 0;
+  for (const slice of slices) {
+    req.signal?.throwIfAborted();
+    if (loudest(envelope, slice.start, slice.end) < SILENT_PIECE_DB) continue;
+    const { start, end } = sliceByteRange(slice);
+    const r = await engine.transcribe({ ...req, pcm: await audio.read(start, end) });
+    language ||= r.language;
+    workerId = r.workerId;
+    fallbackUsed ||= r.fallbackUsed;
+    engineMs += r.engineMs;
+    for (const w of r.words) words.push({ ...w, start: slice.start + w.start, end: slice.start + w.end });
+  }
+  if (!workerId) {
+    // All silence: the engine still says who answers (an empty clip is a valid, empty transcript).
+    const r = await engine.transcribe({ ...req, pcm: Buffer.alloc(0) });
+    ({ workerId, fallbackUsed, engineMs } = r);
+    language = r.language;
+  }
+  return {
+    ...buildTranscript(words, audio.seconds, language || req.language || 'en'),
+    workerId,
+    fallbackUsed,
+    engineMs,
+  };
+}
+
+/** The loudest 10 ms frame (dBFS) between two times. */
+function loudest(envelope: Float32Array, from: number, to: number): number {
+  let max = -Infinity;
+  const end = Math.min(envelope.length, Math.ceil(to / FRAME_SECONDS));
+  for (let f = Math.max(0, Math.floor(from / FRAME_SECONDS)); f < end; f++)
+    if (envelope[f] > max) max = envelope[f];
+  return max;
+}

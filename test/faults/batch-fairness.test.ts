@@ -1,0 +1,106 @@
+/**
+ * Faults: one tenant's stalled batch jobs must not starve the others
+ * (issue 22). Two jobs whose audio_url sends one byte every 2 s used to hold
+ * both of a process's workflow slots until the 600 s download limit (then a
+ * retry); another tenant's job waited 10 minutes to start. Now a download
+ * slower than the minimum rate fails at once with a clear error, and a
+ * tenant runs at most BATCH_MAX_RUNNING_PER_TENANT workflows at a time (its
+ * other jobs wait their turn), so another tenant's job starts within seconds.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from '../batch/helpers.js';
+
+describe('faults: a tenant whose audio_url stalls does not starve the others', function () {
+  this.timeout(180_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let slow: http.Server;
+  let slowUrl: string;
+  const dir = tmpDir('faults-fair-');
+  const sockets = new Set<net.Socket>();
+
+  before(async () => {
+    buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
+    files = await startFileServer(dir);
+    // A server that answers 200 and then sends one byte every 2 s, for ever.
+    slow = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
+      const timer = setInterval(() => res.write('R'), 2000);
+      res.on('close', () => clearInterval(timer));
+    });
+    slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
+    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
+    slowUrl = `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`;
+    // The process's default two workflow slots; the download rate measured over 4 s here (15 s by default).
+    t = await createBatchTestApp(
+      {},
+      { start: true, overrides: { batch: { fetchMinRate: { bytes: 4096 * 4, windowMs: 4000 } } } },
+    );
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => slow.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const submit = async (key: string, audioUrl: string) => {
+    const res = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: audioUrl });
+    expect(res.status, JSON.stringify(res.body)).to.equal(202);
+    return res.body.workflow_id as string;
+  };
+  const poll = async (key: string, id: string) =>
+    (await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`))
+      .body as { status: string; error: { name: string; message: string } | null };
+
+  it("another tenant's job completes while two stalled jobs wait; the stalled downloads fail fast and clearly", async () => {
+    const a = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
+    const b = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-other' })).key;
+    const started = Date.now();
+    const stalled = [await submit(a, slowUrl), await submit(a, slowUrl)];
+    const other = await submit(b, `${files.url}/short.wav`);
+
+    const done = await waitFor(
+      async () => {
+        const p = await poll(b, other);
+        return p.status === 'complete' || p.status === 'errored' ? p : undefined;
+      },
+      60_000,
+      200,
+    );
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    // Before: after the stalled downloads' 600 s limit.
+    expect(Date.now() - started, 'ms until the other tenant was served').to.be.below(30_000);
+
+    for (const id of stalled) {
+      const p = await waitFor(
+        async () => {
+          const r = await poll(a, id);
+          return r.status === 'errored' ? r : undefined;
+        },
+        60_000,
+        200,
+      );
+      expect(p.error!.name).to.equal('AudioFetchError');
+      expect(p.error!.message).to.match(/less than \d+ bytes in 4 s/);
+    }
+  });
+});

@@ -1,0 +1,80 @@
+/**
+ * Revoking a key ends its open realtime sessions on every instance within
+ * seconds (issue 22): two realtime instances share one database; a session
+ * opened with the `sk-` key on one and a session opened with an `rt_` token
+ * of the same key on the other are both closed 1008 `api_key_revoked` within
+ * 5 s of the revocation, and metered; another key's session carries on.
+ * Before, both transcribed until the client left.
+ */
+import { expect } from 'chai';
+import { issueSessionToken } from '../../shared/auth/index.js';
+import { loadConfig } from '../../shared/config/index.js';
+import { createLogger } from '../../shared/logger.js';
+import { createSpeechEngine } from '../../shared/stt/index.js';
+import type { SpeechEngine } from '../../shared/stt/types.js';
+import {
+  SESSION_SECRET,
+  bearer,
+  connect,
+  createRealtimeContext,
+  eventually,
+  silence,
+  usageRows,
+  type RealtimeTestContext,
+} from './helpers.js';
+
+describe('realtime: revoking a key ends its open sessions on every instance', function () {
+  this.timeout(60_000);
+  let engine: SpeechEngine;
+  let a: RealtimeTestContext;
+  let b: RealtimeTestContext;
+
+  before(async () => {
+    engine = createSpeechEngine(loadConfig({ STT_THREADS: '1' }), createLogger({ level: 'silent' }));
+    a = await createRealtimeContext({ engine });
+    b = await createRealtimeContext({ engine, testDb: a.testDb });
+  });
+  after(async () => {
+    await b?.close();
+    await a?.close();
+    await engine?.close();
+  });
+
+  it('closes the sk- session and the rt_ session 1008 api_key_revoked within 5 s; another key carries on', async () => {
+    const { key, id } = await a.issueKey('pro');
+    const other = await a.issueKey('pro');
+    const direct = await connect(a.url, bearer(key));
+    const { token } = issueSessionToken(SESSION_SECRET, id, 60);
+    const viaToken = await connect(`${b.url}?access_token=${token}`);
+    const bystander = await connect(b.url, bearer(other.key));
+    const created = await Promise.all([direct, viaToken, bystander].map((c) => c.next('session.created')));
+    for (const c of [direct, viaToken, bystander]) c.ws.send(silence(200));
+
+    const revokedAt = Date.now();
+    await a.keys.revoke(id);
+    const closes = await Promise.race([
+      Promise.all([direct.closed, viaToken.closed]),
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('still open 6 s after the revocation')), 6000),
+      ),
+    ]);
+    expect(Date.now() - revokedAt).to.be.below(5000);
+    for (const c of closes) expect(c).to.deep.equal({ code: 1008, reason: 'api_key_revoked' });
+    // The session of another key is still open and served.
+    expect(bystander.ws.readyState).to.equal(bystander.ws.OPEN);
+    bystander.ws.send(silence(100));
+    // The revoked sessions' audio is metered, once.
+    for (const [ctx, ev] of [
+      [a, created[0]],
+      [b, created[1]],
+    ] as const) {
+      const rows = await eventually(
+        () => usageRows(ctx, ev.session_id as string),
+        (r) => r.length > 0,
+      );
+      expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
+    }
+    bystander.ws.close(1000);
+    await bystander.closed;
+  });
+});
