@@ -167,6 +167,17 @@ export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Pr
   return ctx.db('usage_events').where({ plane: 'realtime', ref_id: sessionId });
 }
 
+/**
+ * A session's usage once it is final. A checkpoint (a `live` row) may be written first with every
+ * byte received so far, before the VAD has set dropped audio aside: only the final row is the bill.
+ */
+export async function finalUsage(ctx: RealtimeTestContext, sessionId: string): Promise<Record<string, any>[]> {
+  return eventually(
+    () => usageRows(ctx, sessionId),
+    (r) => r.length > 0 && r.every((x) => x.status === 'final'),
+  );
+}
+
 /** Waits until the server has counted `seconds` of a session's audio (every frame sent so far arrived). */
 export async function audioReceived(
   ctx: RealtimeTestContext,

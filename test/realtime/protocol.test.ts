@@ -15,6 +15,7 @@ import {
   eventually,
   audioReceived,
   usageRows,
+  finalUsage,
   type RealtimeTestContext,
   type Client,
 } from './helpers.js';
@@ -429,10 +430,7 @@ describe('realtime protocol, real engine worker', function () {
       const res = await c.closed;
       expect(res).to.deep.equal({ code: 1008, reason: 'session_audio_limit' });
       expect(c.of(COMPLETED).length).to.equal(c.of('input_audio_buffer.speech_stopped').length);
-      const rows = await eventually(
-        () => usageRows(ctx, sid),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, sid);
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.within(2.9, 3.1);
     });
@@ -447,10 +445,7 @@ describe('realtime protocol, real engine worker', function () {
       expect(created.limits.remaining_audio_seconds).to.equal(2);
       await c.stream(AUSTEN);
       expect(await c.closed).to.deep.equal({ code: 1008, reason: 'audio_quota_exhausted' });
-      await eventually(
-        () => usageRows(ctx, created.session_id),
-        (r) => r.length > 0,
-      );
+      await finalUsage(ctx, created.session_id);
       const c2 = await connect(ctx.url, bearer(key));
       const created2 = await c2.next('session.created');
       expect(created2.limits.remaining_audio_seconds).to.equal(0);
@@ -464,10 +459,7 @@ describe('realtime protocol, real engine worker', function () {
       await audioReceived(ctx, sid, 2);
       c.ws.close(1000);
       await c.closed;
-      const rows = await eventually(
-        () => usageRows(ctx, sid),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, sid);
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.closeTo(2, 0.01);
     });
@@ -478,10 +470,7 @@ describe('realtime protocol, real engine worker', function () {
       await c.stream(AUSTEN.subarray(0, 32000)); // 1 s
       await audioReceived(ctx, sid, 1);
       c.ws.terminate();
-      const rows = await eventually(
-        () => usageRows(ctx, sid),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, sid);
       expect(rows).to.have.length(1);
       expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
     });
@@ -493,10 +482,7 @@ describe('realtime protocol, real engine worker', function () {
       await audioReceived(ctx, sid, 1);
       c.ws.send(Buffer.from([0x7b, 0xff, 0xfe, 0x7d]), { binary: false });
       expect((await c.closed).code).to.equal(1006);
-      const rows = await eventually(
-        () => usageRows(ctx, sid),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, sid);
       expect(rows[0].audio_seconds).to.be.closeTo(1, 0.01);
       expect([...ctx.rt.sessions].some((s) => s.sessionId === sid)).to.equal(false);
     });
@@ -549,10 +535,7 @@ describe('realtime protocol, real engine worker', function () {
       const sid = c.events[0].session_id;
       c.ws.close(1000);
       // The audio of the two dropped utterances (1.5 s of speech each, at least) is not billed.
-      const rows = await eventually(
-        () => usageRows(ctx, sid),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, sid);
       const sentSeconds = frame.length / 32000;
       expect(Number(rows[0].audio_seconds))
         .to.be.below(sentSeconds - 3)

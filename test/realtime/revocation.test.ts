@@ -17,9 +17,8 @@ import {
   bearer,
   connect,
   createRealtimeContext,
-  eventually,
   silence,
-  usageRows,
+  finalUsage,
   type RealtimeTestContext,
 } from './helpers.js';
 
@@ -68,10 +67,7 @@ describe('realtime: revoking a key ends its open sessions on every instance', fu
       [a, created[0]],
       [b, created[1]],
     ] as const) {
-      const rows = await eventually(
-        () => usageRows(ctx, ev.session_id as string),
-        (r) => r.length > 0,
-      );
+      const rows = await finalUsage(ctx, ev.session_id as string);
       expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
     }
     bystander.ws.close(1000);
