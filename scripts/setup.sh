@@ -3,7 +3,10 @@
 # packages the service needs (PocketSphinx, ffmpeg, sox, HAProxy) when they are missing,
 # and the npm dependencies when node_modules is absent. Quiet when all is there.
 # `setup.sh test` (what `npm test` runs) also installs Debian's chromium, which
-# the playground's browser tests drive through playwright-core.
+# the playground's browser tests drive through playwright-core, and what the
+# deployment tests run: kubectl (kustomize), podman with runc and debootstrap
+# (the image built from docker/Dockerfile, its containers, `podman kube play`)
+# and podman-compose (docker/compose.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +19,14 @@ command -v sox >/dev/null || need+=(sox)
 command -v redis-server >/dev/null || need+=(redis-server)
 # The load balancer of `npm run cluster` and the deployment test (docker/haproxy.cfg).
 [ -x /usr/sbin/haproxy ] || command -v haproxy >/dev/null || need+=(haproxy)
-if [ "${1:-}" = test ]; then [ -x /usr/bin/chromium ] || need+=(chromium); fi
+if [ "${1:-}" = test ]; then
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  command -v kubectl >/dev/null || need+=(kubectl)
+  command -v podman >/dev/null || need+=(podman)
+  command -v runc >/dev/null || need+=(runc)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  command -v podman-compose >/dev/null || need+=(podman-compose)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

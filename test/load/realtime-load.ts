@@ -15,10 +15,8 @@ import WebSocket from 'ws';
 const here = path.dirname(fileURLToPath(import.meta.url));
 // test/audio, from test/load or, compiled, from dist/test/load.
 const AUDIO_DIR =
-  [
-    path.resolve(here, '../audio'),
-    path.resolve(here, '../../../test/audio'),
-  ].find((d) => fs.existsSync(d)) ?? path.resolve(here, '../audio');
+  [path.resolve(here, '../audio'), path.resolve(here, '../../../test/audio')].find((d) => fs.existsSync(d)) ??
+  path.resolve(here, '../audio');
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];
@@ -42,6 +40,12 @@ export interface LoadOptions {
   rampMs?: number;
   pace?: number;
   frameMs?: number;
+  /**
+   * `native` (default): binary PCM16 at 16 kHz on the interface's stream. `openai`: the
+   * OpenAI Realtime endpoint (`url` is then /v1/realtime?intent=transcription), PCM16 at
+   * 24 kHz in base64 `input_audio_buffer.append` events, as OpenAI's clients send it.
+   */
+  protocol?: 'native' | 'openai';
 }
 
 export interface LoadResult {
@@ -70,9 +74,34 @@ const pct = (xs: number[], p: number) => {
   return Math.round(s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] * 10) / 10;
 };
 
+/** 16 kHz PCM16 as 24 kHz (linear interpolation; the client's side of the OpenAI load). */
+function to24k(pcm: Buffer): Buffer {
+  const n = pcm.length / 2;
+  const m = Math.floor((n * 3) / 2);
+  const out = Buffer.alloc(m * 2);
+  for (let j = 0; j < m; j++) {
+    const x = (j * 2) / 3;
+    const i = Math.floor(x);
+    const a = pcm.readInt16LE(i * 2);
+    const b = i + 1 < n ? pcm.readInt16LE((i + 1) * 2) : a;
+    out.writeInt16LE(Math.round(a + (b - a) * (x - i)), j * 2);
+  }
+  return out;
+}
+
+/** An OpenAI transcription session with server VAD and 24 kHz PCM (what OpenAIRealtimeWS clients send first). */
+const OPENAI_SESSION = JSON.stringify({
+  type: 'session.update',
+  session: {
+    type: 'transcription',
+    audio: { input: { format: { type: 'audio/pcm', rate: 24000 }, turn_detection: { type: 'server_vad' } } },
+  },
+});
+
 export async function runLoad(o: LoadOptions): Promise<LoadResult> {
-  const audio = speechLoop();
-  const frameBytes = Math.round((o.frameMs ?? 100) * 32);
+  const openai = o.protocol === 'openai';
+  const audio = openai ? to24k(speechLoop()) : speechLoop();
+  const frameBytes = Math.round((o.frameMs ?? 100) * (openai ? 48 : 32));
   const pace = o.pace ?? 1;
   const connectMs: number[] = [];
   const completionMs: number[] = [];
@@ -90,7 +119,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     new Promise<void>((resolve) => {
       const t0 = performance.now();
       const ws = new WebSocket(o.url, { headers: o.headers, perMessageDeflate: false });
-      const stoppedAt = new Map<number, number>();
+      const stoppedAt = new Map<number | string, number>();
       let timer: NodeJS.Timeout | undefined;
       ws.on('unexpected-response', (req, res) => {
         failedConnects++;
@@ -106,6 +135,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       });
       ws.on('open', () => {
         connectMs.push(performance.now() - t0);
+        if (openai) ws.send(OPENAI_SESSION);
         // Each client starts at a different place in the speech so utterances do not align.
         let off =
           ((i * 7919 * frameBytes) % audio.length) - (((i * 7919 * frameBytes) % audio.length) % frameBytes);
@@ -120,7 +150,10 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           const due = Math.floor(((Date.now() - started) * pace) / (o.frameMs ?? 100)) + 1;
           while (sent < due) {
             if (off + frameBytes > audio.length) off = 0;
-            ws.send(audio.subarray(off, off + frameBytes));
+            const frame = audio.subarray(off, off + frameBytes);
+            if (openai)
+              ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: frame.toString('base64') }));
+            else ws.send(frame);
             off += frameBytes;
             sent++;
             framesSent++;
@@ -132,9 +165,16 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       ws.on('message', (data, isBinary) => {
         if (isBinary) return;
         const ev = JSON.parse(data.toString());
+        // Native events carry utterance_index; OpenAI's carry item_id.
+        const id = openai ? ev.item_id : ev.utterance_index;
         if (ev.type === 'input_audio_buffer.speech_stopped') {
           stopped++;
-          stoppedAt.set(ev.utterance_index, performance.now());
+          stoppedAt.set(id, performance.now());
+        } else if (openai && ev.type === 'conversation.item.input_audio_transcription.failed') {
+          utterances++;
+          failedUtterances++;
+          const code = String(ev.error?.code ?? 'unknown');
+          errors[code] = (errors[code] ?? 0) + 1;
         } else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
           utterances++;
           if (ev.error) {
@@ -142,9 +182,9 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
             const code = String(ev.error.code ?? 'unknown');
             errors[code] = (errors[code] ?? 0) + 1;
           }
-          const s = stoppedAt.get(ev.utterance_index);
+          const s = stoppedAt.get(id);
           if (s !== undefined) completionMs.push(performance.now() - s);
-          serverLatency.push(ev.latency_ms);
+          if (!openai) serverLatency.push(ev.latency_ms);
         }
       });
       ws.on('close', (code, reason) => {

@@ -4,6 +4,7 @@
  *
  *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000]
  *   npx tsx test/bench/realtime/run.ts streams [--streams 200] [--seconds 30] [--delay 100] [--vad off]
+ *   npx tsx test/bench/realtime/run.ts openai  [--streams 200] [--seconds 30] [--pairs 3]
  *
  * or, as production runs the servers, compiled:
  *   npm run build && node dist/test/bench/realtime/run.js streams ...
@@ -19,6 +20,10 @@
  *          the worker's fixed delay (gateway overhead). The same load then runs
  *          against a plain `ws` server doing the same session work; the ratio
  *          of CPU per stream is reported.
+ * openai:  the same load on the native stream and on /v1/realtime (OpenAI's
+ *          protocol: 24 kHz PCM in base64 appends, resampled by the server),
+ *          each against a fresh realtime process, alternating `--pairs` times;
+ *          prints each run and the median ratio of CPU per stream (issue 25).
  *
  * BENCH_CPU_PROF=<dir>: the servers run with `--cpu-prof` (main thread and VAD
  * threads) and are stopped with SIGTERM so that the profiles are written.
@@ -217,6 +222,7 @@ async function streamsAgainst(
   n: number,
   seconds: number,
   delay: number,
+  protocol: 'native' | 'openai' = 'native',
 ) {
   const srv = await start(
     file,
@@ -230,8 +236,12 @@ async function streamsAgainst(
   );
   try {
     const warmup = 8;
-    const url = `ws://127.0.0.1:${srv.port}/v1/audio/transcriptions/stream`;
+    const url =
+      protocol === 'openai'
+        ? `ws://127.0.0.1:${srv.port}/v1/realtime?intent=transcription`
+        : `ws://127.0.0.1:${srv.port}/v1/audio/transcriptions/stream`;
     const load = runLoad({
+      protocol,
       url,
       headers: { authorization: `Bearer ${key}` },
       clients: n,
@@ -329,5 +339,59 @@ async function streams(): Promise<void> {
   }
 }
 
-await (mode === 'idle' ? idle() : streams());
+/** Native and OpenAI protocol side by side, alternating, on the real realtime process. */
+async function openaiVsNative(): Promise<void> {
+  const n = arg('streams', 200);
+  const seconds = arg('seconds', 30);
+  const pairs = arg('pairs', 3);
+  const delay = 100;
+  const { db, key } = await setup();
+  const worker = await start(path.join(here, 'fakeWorker.ts'), { FAKE_DELAY_MS: String(delay) });
+  const ratios: { cpu: number; lagP99: number }[] = [];
+  try {
+    for (let i = 0; i < pairs; i++) {
+      const run = (p: 'native' | 'openai') =>
+        streamsAgainst(`realtime/main.ts, ${p}`, REALTIME_SERVER, db, key, worker.port, n, seconds, delay, p);
+      const native = await run('native');
+      const openai = await run('openai');
+      for (const r of [native, openai])
+        console.log(
+          JSON.stringify({
+            pair: i + 1,
+            server: r.server,
+            connected: r.connected,
+            cpuPercentPerStream: r.cpuPercentPerStream,
+            eventLoopLagP99Ms: r.eventLoopLagMs.p99,
+            utterances: r.utterances,
+            failedUtterances: r.failedUtterances,
+            completionMs: r.completionMs,
+            closes: r.closes,
+          }),
+        );
+      ratios.push({
+        cpu: openai.cpuCores / native.cpuCores,
+        lagP99: openai.eventLoopLagMs.p99 / Math.max(0.01, native.eventLoopLagMs.p99),
+      });
+    }
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    console.log(
+      JSON.stringify(
+        {
+          streams: n,
+          pairs,
+          cpuPerStreamRatio_openai_over_native: ratios.map((r) => Math.round(r.cpu * 100) / 100),
+          medianCpuRatio: Math.round(median(ratios.map((r) => r.cpu)) * 100) / 100,
+          medianLagP99Ratio: Math.round(median(ratios.map((r) => r.lagP99)) * 100) / 100,
+        },
+        null,
+        2,
+      ),
+    );
+  } finally {
+    worker.child.kill('SIGKILL');
+    await db.drop();
+  }
+}
+
+await (mode === 'idle' ? idle() : mode === 'openai' ? openaiVsNative() : streams());
 process.exit(0);
