@@ -21,7 +21,7 @@ import S3rver from 's3rver';
 import { Webhook } from 'standardwebhooks';
 import { freePort, REALTIME_ENV, waitHttpOk } from '../../scripts/cluster/index.js';
 import { STREAM_PATH } from '../../shared/paths.js';
-import { TEST_DATABASE_URL, TEST_REDIS_URL } from '../helpers/db.js';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 import { startFileServer, type FileServer } from '../batch/helpers.js';
 import { parseAllDocuments } from 'yaml';
 import {
@@ -69,7 +69,7 @@ const GRACE_SECONDS = 30;
 describe('image: docker/Dockerfile, each role as a read-only, non-root container', function () {
   this.timeout(120_000);
   let image = '';
-  let dbName = '';
+  let db: TestDatabase | undefined;
   let dbUrl = '';
   let s3: S3rver | undefined;
   let files: FileServer | undefined;
@@ -101,14 +101,8 @@ describe('image: docker/Dockerfile, each role as a read-only, non-root container
     console.log(`    image ready in ${Math.round((Date.now() - t0) / 1000)} s`);
 
     // An empty database: the migrate container creates the schema.
-    dbName = `stt_image_${Date.now().toString(36)}`;
-    const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-    await admin.connect();
-    await admin.query(`CREATE DATABASE "${dbName}"`);
-    await admin.end();
-    const u = new URL(TEST_DATABASE_URL);
-    u.pathname = `/${dbName}`;
-    dbUrl = u.toString();
+    db = await createTestDatabase('stt_image', { migrate: false });
+    dbUrl = db.url;
 
     const s3dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stt-image-s3-'));
     s3 = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: s3dir });
@@ -205,12 +199,7 @@ describe('image: docker/Dockerfile, each role as a read-only, non-root container
     if (volumes.length) await podmanStatus(['volume', 'rm', '--force', ...volumes]);
     await files?.close();
     await s3?.close();
-    if (dbName) {
-      const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-      await admin.connect();
-      await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`);
-      await admin.end();
-    }
+    await db?.drop();
     fs.rmSync(audio, { recursive: true, force: true });
   });
 

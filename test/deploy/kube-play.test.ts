@@ -12,11 +12,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
-import pg from 'pg';
 import S3rver from 's3rver';
 import { freePort, waitHttpOk } from '../../scripts/cluster/index.js';
 import { STREAM_PATH } from '../../shared/paths.js';
-import { TEST_DATABASE_URL, TEST_REDIS_URL } from '../helpers/db.js';
+import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 import { AUDIO_DIR, bearer, connect, readPcm, silence, words } from '../realtime/helpers.js';
 import { ADMIN_TOKEN, SESSION_SECRET, WEBHOOK_SECRET } from './helpers.js';
 import { ensureImage, podman, podmanInstalled, podmanStatus } from './image/podman.js';
@@ -26,7 +25,7 @@ const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
 describe('Kubernetes: the example overlay played with `podman kube play` on the built image', function () {
   this.timeout(120_000);
-  let dbName = '';
+  let db: TestDatabase | undefined;
   let s3: S3rver | undefined;
   let played: Played | undefined;
   const files: string[] = [];
@@ -63,13 +62,8 @@ describe('Kubernetes: the example overlay played with `podman kube play` on the 
     this.timeout(40 * 60_000);
     const image = await ensureImage((l) => console.log(`    ${l}`));
 
-    dbName = `stt_kube_${Date.now().toString(36)}`;
-    const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-    await admin.connect();
-    await admin.query(`CREATE DATABASE "${dbName}"`);
-    await admin.end();
-    const db = new URL(TEST_DATABASE_URL);
-    db.pathname = `/${dbName}`;
+    // An empty database: the migration Job creates the schema.
+    db = await createTestDatabase('stt_kube', { migrate: false });
     s3 = new S3rver({
       address: '127.0.0.1',
       port: 0,
@@ -83,7 +77,7 @@ describe('Kubernetes: the example overlay played with `podman kube play` on the 
       image,
       ports,
       secrets: {
-        DATABASE_URL: db.toString(),
+        DATABASE_URL: db.url,
         REDIS_URL: TEST_REDIS_URL,
         GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN,
         GATEWAY_SESSION_TOKEN_SECRET: SESSION_SECRET,
@@ -135,12 +129,7 @@ describe('Kubernetes: the example overlay played with `podman kube play` on the 
     for (const f of files.reverse()) await podmanStatus(['kube', 'down', f], 120_000);
     for (const { name } of played?.secrets ?? []) await podmanStatus(['secret', 'rm', name]);
     await s3?.close();
-    if (dbName) {
-      const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-      await admin.connect();
-      await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`);
-      await admin.end();
-    }
+    await db?.drop();
     fs.rmSync(dir, { recursive: true, force: true });
   });
 

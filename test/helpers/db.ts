@@ -23,7 +23,11 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-export async function createTestDatabase(prefix = 'stt_test'): Promise<TestDatabase> {
+/** A fresh database (migrated unless `migrate: false`: then empty, for a migration to create). */
+export async function createTestDatabase(
+  prefix = 'stt_test',
+  opts: { migrate?: boolean } = {},
+): Promise<TestDatabase> {
   const name = `${prefix}_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
   const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
   await admin.connect();
@@ -33,11 +37,13 @@ export async function createTestDatabase(prefix = 'stt_test'): Promise<TestDatab
     await admin.end();
   }
   const url = withDatabase(TEST_DATABASE_URL, name);
-  const db = createDb(url, { poolMax: 2 });
-  try {
-    await migrateLatest(db);
-  } finally {
-    await db.destroy();
+  if (opts.migrate !== false) {
+    const db = createDb(url, { poolMax: 2 });
+    try {
+      await migrateLatest(db);
+    } finally {
+      await db.destroy();
+    }
   }
   return {
     name,
