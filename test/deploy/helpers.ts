@@ -9,7 +9,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { repoRoot } from '../realtime/helpers.js';
+import net from 'node:net';
+import { AUDIO_DIR, bearer, connect, readPcm, repoRoot, silence } from '../realtime/helpers.js';
 import { startCluster, type Cluster, type ClusterOptions } from '../../scripts/cluster/index.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
@@ -102,4 +103,70 @@ export function counterSum(metricsText: string, name: string): number {
     if (line.startsWith(name + '{') || line.startsWith(name + ' ')) sum += Number(line.split(' ').pop());
   }
   return sum;
+}
+
+const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+
+/** jfk.wav and a little silence streamed over `wsUrl` (the native stream): the text of its completed utterances. */
+export async function realtimeUtteranceText(wsUrl: string, key: string): Promise<string> {
+  const s = await connect(wsUrl, bearer(key));
+  await s.next('session.created');
+  await s.stream(Buffer.concat([silence(300), readPcm('jfk.wav'), silence(1200)]), { pace: 4 });
+  await s.waitFor((evs) => {
+    const done = evs.filter((e) => e.type === COMPLETED).length;
+    return done > 0 && done === evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
+  }, 60_000);
+  s.ws.close(1000);
+  await s.closed;
+  return s
+    .of(COMPLETED)
+    .map((e) => e.text as string)
+    .join(' ');
+}
+
+/** A TCP forwarder on `listenHost` (port 0: any free port) to `target`. */
+export function tcpForward(
+  listenHost: string,
+  target: { host: string; port: number },
+  port = 0,
+): Promise<net.Server> {
+  const server = net.createServer((c) => {
+    const u = net.connect(target.port, target.host);
+    c.pipe(u).pipe(c);
+    c.on('error', () => u.destroy());
+    u.on('error', () => c.destroy());
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, listenHost, () => resolve(server));
+  });
+}
+
+/** Through the API at `baseUrl`: a pro key issued with the admin token, and jfk.wav's text from the segment endpoint. */
+export async function issueKeyAndTranscribe(
+  baseUrl: string,
+  ownerId: string,
+): Promise<{ key: string; status: number; text: string; body: unknown }> {
+  const res = await fetch(`${baseUrl}/v1/external-transcription/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ owner_id: ownerId, plan: 'pro' }),
+  });
+  const issued = (await res.json()) as { data?: { key: string } };
+  if (res.status !== 201 && res.status !== 200)
+    throw new Error(`key: ${res.status} ${JSON.stringify(issued)}`);
+  const key = issued.data!.key;
+  const form = new FormData();
+  form.set(
+    'file',
+    new Blob([fs.readFileSync(path.join(AUDIO_DIR, 'jfk.wav'))], { type: 'audio/wav' }),
+    'jfk.wav',
+  );
+  const t = await fetch(`${baseUrl}/v1/audio/transcriptions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}` },
+    body: form,
+  });
+  const body = (await t.json()) as { text?: string };
+  return { key, status: t.status, text: body.text ?? '', body };
 }

@@ -16,12 +16,16 @@ import S3rver from 's3rver';
 import { freePort, waitHttpOk } from '../../scripts/cluster/index.js';
 import { STREAM_PATH } from '../../shared/paths.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
-import { AUDIO_DIR, bearer, connect, readPcm, silence, words } from '../realtime/helpers.js';
-import { ADMIN_TOKEN, SESSION_SECRET, WEBHOOK_SECRET } from './helpers.js';
+import { words } from '../realtime/helpers.js';
+import {
+  ADMIN_TOKEN,
+  issueKeyAndTranscribe,
+  realtimeUtteranceText,
+  SESSION_SECRET,
+  WEBHOOK_SECRET,
+} from './helpers.js';
 import { ensureImage, podman, podmanInstalled, podmanStatus } from './image/podman.js';
 import { forPodman, renderOverlay, type Played } from './image/kube.js';
-
-const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
 describe('Kubernetes: the example overlay played with `podman kube play` on the built image', function () {
   this.timeout(120_000);
@@ -169,44 +173,14 @@ describe('Kubernetes: the example overlay played with `podman kube play` on the 
   });
 
   it('issues a key on the API pod and transcribes jfk.wav (speech on the engine pod)', async () => {
-    const res = await fetch(url('api', '/v1/external-transcription/keys'), {
-      method: 'POST',
-      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ owner_id: 'tenant-kube', plan: 'pro' }),
-    });
-    const body = (await res.json()) as { data: { key: string } };
-    expect(res.status, JSON.stringify(body)).to.be.oneOf([200, 201]);
-    key = body.data.key;
-    const form = new FormData();
-    form.set(
-      'file',
-      new Blob([fs.readFileSync(path.join(AUDIO_DIR, 'jfk.wav'))], { type: 'audio/wav' }),
-      'jfk.wav',
-    );
-    const t = await fetch(url('api', '/v1/audio/transcriptions'), {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}` },
-      body: form,
-    });
-    const out = (await t.json()) as { text: string };
-    expect(t.status, JSON.stringify(out)).to.equal(200);
-    expect(words(out.text).join(' ')).to.include('your country can do for you');
+    const r = await issueKeyAndTranscribe(url('api'), 'tenant-kube');
+    expect(r.status, JSON.stringify(r.body)).to.equal(200);
+    key = r.key;
+    expect(words(r.text).join(' ')).to.include('your country can do for you');
   });
 
   it('transcribes a realtime utterance on the realtime pod', async () => {
-    const s = await connect(`ws://127.0.0.1:${ports.realtime}${STREAM_PATH}`, bearer(key));
-    await s.next('session.created');
-    await s.stream(Buffer.concat([silence(300), readPcm('jfk.wav'), silence(1200)]), { pace: 4 });
-    await s.waitFor((evs) => {
-      const done = evs.filter((e) => e.type === COMPLETED).length;
-      return done > 0 && done === evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-    }, 60_000);
-    const text = s
-      .of(COMPLETED)
-      .map((e) => e.text as string)
-      .join(' ');
+    const text = await realtimeUtteranceText(`ws://127.0.0.1:${ports.realtime}${STREAM_PATH}`, key);
     expect(words(text).join(' '), text).to.include('country');
-    s.ws.close(1000);
-    await s.closed;
   });
 });
