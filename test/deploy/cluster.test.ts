@@ -479,6 +479,63 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     await c.start('api1');
   });
 
+  it('a rolling restart of the realtime tier (SIGTERM, one instance at a time) loses no utterance; clients are back within 2 s', async function () {
+    this.timeout(240_000);
+    const { key } = await issue('pro', 'tenant-rolling');
+    const clip = Buffer.concat([readPcm(SHORT_CLIP), silence(800)]);
+    let restarting = true;
+    const started: string[] = [];
+    const completed: string[] = [];
+    const failed: string[] = [];
+    const reconnectMs: number[] = [];
+    const closeCodes: number[] = [];
+    /** Streams the clip over and over at real-time pace; on 1001 connects again at once, as clients are told to. */
+    const client = async (i: number) => {
+      let closedAt = 0;
+      let sessions = 0;
+      while (restarting || sessions === 0) {
+        const s = await session(key);
+        if (closedAt) reconnectMs.push(Date.now() - closedAt);
+        sessions++;
+        const id = `${i}.${sessions}`;
+        s.ws.on('message', (data, binary) => {
+          if (binary) return;
+          const e = JSON.parse(data.toString()) as { type: string; utterance_index: number; error?: unknown };
+          if (e.type === 'input_audio_buffer.speech_started') started.push(`${id}.${e.utterance_index}`);
+          if (e.type === COMPLETED) (e.error ? failed : completed).push(`${id}.${e.utterance_index}`);
+        });
+        let ended = false;
+        void s.closed.then(() => (ended = true));
+        while (!ended && restarting) await s.stream(clip, { pace: 1 });
+        if (!ended) s.ws.close(1000);
+        const { code } = await s.closed;
+        closeCodes.push(code);
+        closedAt = Date.now();
+      }
+    };
+    const clients = [0, 1, 2, 3].map(client);
+    await new Promise((r) => setTimeout(r, 4000));
+    for (const name of ['realtime1', 'realtime2']) {
+      proc(name).child.kill('SIGTERM');
+      expect(await proc(name).exited, `${name} exit code`).to.equal(0);
+      await c.start(name);
+      await new Promise((r) => setTimeout(r, 3000));
+    }
+    restarting = false;
+    await Promise.all(clients);
+    const lost = started.filter((u) => !completed.includes(u));
+    console.log(
+      `    rolling restart: ${started.length} utterances, ${lost.length} lost, ${failed.length} failed; ` +
+        `${reconnectMs.length} reconnections, slowest ${Math.max(0, ...reconnectMs)} ms`,
+    );
+    expect(lost, `failed: ${failed.join(' ')}`).to.deep.equal([]);
+    expect(started.length).to.be.at.least(8);
+    // Both restarts closed sessions with 1001 going_away (reconnect now), and each client came back in time.
+    expect(closeCodes.filter((x) => x === 1001).length).to.be.at.least(2);
+    expect(reconnectMs.length).to.be.at.least(2);
+    expect(Math.max(...reconnectMs)).to.be.below(2000);
+  });
+
   it('SIGTERM of each API and realtime instance drains without an error', async function () {
     this.timeout(180_000);
     const { key } = await issue('pro', 'tenant-term');
