@@ -375,11 +375,10 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     for (const h of hooks) wh.verify(h.body, h.headers as Record<string, string>);
   });
 
-  it('a batch job resumes on the other API instance after its runner is SIGKILLed', async function () {
-    this.timeout(360_000);
-    const owner = 'tenant-crash';
+  /** A 50 s batch job in 5 s pieces, once two of its pieces are checkpointed: and which API runs it. */
+  const longJobRunning = async (owner: string) => {
     const { key } = await issue('pro', owner);
-    const requestId = `deploy-crash-${Date.now()}`;
+    const requestId = `deploy-${owner}-${Date.now()}`;
     const sub = await request(c.url)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
@@ -399,22 +398,57 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       (n) => n >= 2,
       120_000,
     );
+    await store.close();
     const db = createDb(d.db.url, { poolMax: 1 });
-    let runner: string;
     try {
       const row = await db('batch_workflows').where({ id }).first();
       const pid = Number(String(row.lease_owner).split('-')[0]);
-      runner = [...c.processes.values()].find((p) => p.child.pid === pid)!.name;
+      const runner = [...c.processes.values()].find((p) => p.child.pid === pid)!.name;
+      expect(runner).to.match(/^api[12]$/);
+      return { key, id, runner };
     } finally {
       await db.destroy();
     }
-    expect(runner).to.match(/^api[12]$/);
+  };
+
+  it('a batch job resumes on the other API instance after its runner is SIGKILLed', async function () {
+    this.timeout(360_000);
+    const { key, id, runner } = await longJobRunning('tenant-crash');
     proc(runner).child.kill('SIGKILL');
     await proc(runner).exited;
     const done = await waitDone(key, id, 300_000);
     expect(done.status, JSON.stringify(done.error)).to.equal('complete');
     expect(done.output.result.metadata.chunk_count).to.be.at.least(5);
-    await store.close();
+    await c.start(runner);
+  });
+
+  it('SIGTERM of the API running a batch job: it exits 0 within the grace period and hands the job back at once', async function () {
+    this.timeout(360_000);
+    const { key, id, runner } = await longJobRunning('tenant-term-batch');
+    const t0 = Date.now();
+    proc(runner).child.kill('SIGTERM');
+    expect(await proc(runner).exited, `${runner} exit code`).to.equal(0);
+    const exitMs = Date.now() - t0;
+    // Handed back, not left to a lease running out: the other instance holds it within seconds.
+    const db = createDb(d.db.url, { poolMax: 1 });
+    try {
+      const other = runner === 'api1' ? 'api2' : 'api1';
+      const row = await eventually(
+        () => db('batch_workflows').where({ id }).first(),
+        (r) => Number(String(r.lease_owner ?? '').split('-')[0]) === proc(other).child.pid,
+        10_000,
+      );
+      expect(row.status).to.equal('running');
+    } finally {
+      await db.destroy();
+    }
+    const resumedMs = Date.now() - t0;
+    const done = await waitDone(key, id, 300_000);
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    console.log(
+      `    SIGTERM of ${runner}: exited in ${exitMs} ms; the job resumed on the other API ${resumedMs} ms after SIGTERM`,
+    );
+    expect(exitMs).to.be.below(15_000);
     await c.start(runner);
   });
 
