@@ -94,10 +94,15 @@ export function parseAppend(audio: unknown, maxFrameBytes: number): ClientComman
   // Decoded size is known before decoding: refuse oversized frames without allocating them.
   const decodedLen = Math.floor((b64.length * 3) / 4);
   if (decodedLen > maxFrameBytes + 3) return { kind: 'tooLarge', size: decodedLen };
-  if (b64.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64)) {
+  // Strict base64 without a pass over the text in JS: Node's decoder skips characters outside
+  // the alphabet (and stops at padding), so any such character leaves the decoded length short
+  // of what the text's length promises; the base64url characters it also accepts are refused apart.
+  if (b64.length % 4 !== 0) return invalid('invalid_audio', '"audio" is not valid base64.');
+  const buf = Buffer.from(b64, 'base64');
+  const pad = b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0;
+  if (buf.length !== (b64.length / 4) * 3 - pad || b64.includes('-') || b64.includes('_')) {
     return invalid('invalid_audio', '"audio" is not valid base64.');
   }
-  const buf = Buffer.from(b64, 'base64');
   if (buf.length > maxFrameBytes) return { kind: 'tooLarge', size: buf.length };
   if (buf.length % 2 !== 0) {
     return invalid('invalid_audio', 'Audio must hold whole 16-bit samples (an even number of bytes).');

@@ -1,0 +1,103 @@
+import { expect } from 'chai';
+import fc from 'fast-check';
+import { LOWPASS_48K, Resampler24To16 } from '../../realtime/resample.js';
+import { parseAppend } from '../../realtime/protocol.js';
+
+const tone = (hz: number, seconds: number, rate: number, amplitude = 8000): Buffer => {
+  const n = Math.round(seconds * rate);
+  const buf = Buffer.alloc(n * 2);
+  for (let i = 0; i < n; i++)
+    buf.writeInt16LE(Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / rate)), i * 2);
+  return buf;
+};
+
+const rms = (pcm: Buffer, from = 0): number => {
+  let sum = 0;
+  const n = pcm.length >> 1;
+  for (let i = from; i < n; i++) sum += pcm.readInt16LE(i * 2) ** 2;
+  return Math.sqrt(sum / Math.max(1, n - from));
+};
+
+/** Feeds `pcm` in chunks whose sample counts cycle through `sizes`. */
+const resampleIn = (pcm: Buffer, sizes: number[]): Buffer => {
+  const r = new Resampler24To16();
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (let k = 0; at < pcm.length; k++) {
+    const bytes = Math.min(pcm.length - at, sizes[k % sizes.length] * 2);
+    // Odd byte offsets too: frames arrive as slices of larger buffers.
+    const chunk = Buffer.alloc(bytes + 1).subarray(1);
+    pcm.copy(chunk, 0, at, at + bytes);
+    parts.push(r.push(chunk));
+    at += bytes;
+  }
+  return Buffer.concat(parts);
+};
+
+describe('unit: 24 kHz audio on the OpenAI endpoint', () => {
+  it('gives two output samples per three input samples, whatever the frame sizes', () => {
+    const pcm = tone(440, 1, 24000);
+    const whole = resampleIn(pcm, [24000]);
+    expect(whole.length / 2).to.equal(16000);
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 4000 }), { minLength: 1, maxLength: 8 }), (sizes) => {
+        if (sizes.every((s) => s === 0)) return;
+        expect(resampleIn(pcm, sizes).equals(whole)).to.equal(true);
+      }),
+      { numRuns: 60 },
+    );
+  });
+
+  it('equals the textbook filter (zero-stuff by 2, low-pass, keep every third), clipped at full scale', () => {
+    // Full-scale noise: many outputs overshoot and must clip, not wrap.
+    let seed = 7;
+    const rand = (): number => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648) * 2 - 1;
+    const n = 4800;
+    const x = Array.from({ length: n }, () => Math.round(rand() * 32767));
+    const pcm = Buffer.alloc(n * 2);
+    x.forEach((v, i) => pcm.writeInt16LE(v, i * 2));
+    const got = resampleIn(pcm, [480, 7, 1000]);
+    let clipped = 0;
+    for (let m = 0; m < got.length / 2; m++) {
+      let acc = 0;
+      for (let i = 0; i < n; i++) {
+        const k = 3 * m - 2 * i;
+        if (k >= 0 && k < LOWPASS_48K.length) acc += LOWPASS_48K[k] * x[i];
+      }
+      const want = Math.max(-32768, Math.min(32767, Math.round(acc)));
+      if (want !== Math.round(acc)) clipped++;
+      expect(Math.abs(got.readInt16LE(m * 2) - want), `sample ${m}`).to.be.at.most(1);
+    }
+    expect(clipped).to.be.above(10);
+  });
+
+  it('keeps speech frequencies and removes what 16 kHz cannot hold', () => {
+    const passed = rms(resampleIn(tone(1000, 0.5, 24000), [480]), 200) / rms(tone(1000, 0.5, 16000));
+    expect(passed).to.be.within(0.97, 1.03);
+    // 10 kHz would alias to 6 kHz at 16 kHz: the filter must take it out.
+    const stop = resampleIn(tone(10000, 0.5, 24000), [480]);
+    expect(rms(stop, 200) / rms(tone(10000, 0.5, 24000))).to.be.below(0.01);
+  });
+
+  it('accepts exactly strict base64 in appends', () => {
+    const strict = (s: string): boolean => s.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(s);
+    const alphabet = fc.constantFrom(...'AQgw+/=-_ !\n.é'.split(''), 'A', 'b', '9');
+    fc.assert(
+      fc.property(fc.array(alphabet, { maxLength: 24 }), (chars) => {
+        const s = chars.join('');
+        const got = parseAppend(s, 1 << 20);
+        const accepted = got.kind === 'audio' || (got.kind === 'invalid' && /16-bit/.test(got.message));
+        expect(accepted, JSON.stringify(s)).to.equal(strict(s));
+      }),
+      { numRuns: 3000 },
+    );
+    for (let n = 0; n < 40; n += 2) {
+      const pcm = Buffer.alloc(n, 7);
+      const got = parseAppend(pcm.toString('base64'), 1 << 20);
+      expect(got.kind).to.equal('audio');
+      if (got.kind === 'audio') expect(got.pcm.equals(pcm)).to.equal(true);
+    }
+    expect(parseAppend(Buffer.alloc(3).toString('base64'), 1 << 20)).to.include({ kind: 'invalid' });
+    expect(parseAppend(Buffer.alloc(2000).toString('base64'), 1000)).to.include({ kind: 'tooLarge' });
+  });
+});
