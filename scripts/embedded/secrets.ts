@@ -25,12 +25,29 @@ export function loadOrCreateSecrets(dataDir: string): { secrets: EmbeddedSecrets
     sessionTokenSecret: randomBytes(32).toString('base64url'),
     postgresPassword: randomBytes(18).toString('base64url'),
   };
-  fs.writeFileSync(file, JSON.stringify(secrets, null, 2) + '\n', { mode: 0o600 });
+  writeAtomically(file, secrets);
   return { secrets, created: true };
 }
 
 /** Records that the admin token has been shown; later starts only say where it is kept. */
 export function markAnnounced(dataDir: string, secrets: EmbeddedSecrets): void {
   const file = path.join(dataDir, 'secrets.json');
-  fs.writeFileSync(file, JSON.stringify({ ...secrets, announced: true }, null, 2) + '\n', { mode: 0o600 });
+  writeAtomically(file, { ...secrets, announced: true });
+}
+
+/**
+ * Replaces the file whole (a temporary file renamed over it): a reader never
+ * sees it empty or half written, and a crash mid-write leaves the old secrets,
+ * without which the embedded database could not be opened again.
+ */
+function writeAtomically(file: string, secrets: EmbeddedSecrets): void {
+  const tmp = `${file}.${process.pid}.tmp`;
+  const fd = fs.openSync(tmp, 'w', 0o600);
+  try {
+    fs.writeFileSync(fd, JSON.stringify(secrets, null, 2) + '\n');
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(tmp, file);
 }
