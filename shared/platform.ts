@@ -12,6 +12,7 @@ import { createDb, migrateLatest } from './db/index.js';
 import { createAuthentication, type Authenticator, type KeyStore } from './auth/index.js';
 import { createLimits, type LimitsDriver } from './limits/index.js';
 import { createSpeechEngine } from './stt/index.js';
+import type { SpeechEngine } from './stt/types.js';
 import { UsageLedger } from './usage.js';
 import type { PlanCatalog } from './plans.js';
 
@@ -30,13 +31,23 @@ export interface Platform {
   close(): Promise<void>;
 }
 
-export function createPlatform(config: Config, logger: Logger): Platform {
+/**
+ * What a caller may bring instead of the platform building it: a speech engine
+ * it owns (not closed by the platform; tests share one engine across many
+ * platforms) and the Redis key prefix (tests keep their limits apart).
+ */
+export interface PlatformParts {
+  speech?: SpeechEngine;
+  limitsPrefix?: string;
+}
+
+export function createPlatform(config: Config, logger: Logger, parts: PlatformParts = {}): Platform {
   if (!config.databaseUrl) throw new Error('DATABASE_URL is required (the embedded start provides one)');
   const db = createDb(config.databaseUrl, { poolMax: config.dbPoolMax, logger });
   const { plans, keys, auth } = createAuthentication(config, db, logger);
-  const limits = createLimits(config.redisUrl);
+  const limits = createLimits(config.redisUrl, parts.limitsPrefix);
   const ledger = new UsageLedger(db, config.ledger, logger).start();
-  const speech = createSpeechEngine(config, logger);
+  const speech = parts.speech ? borrowed(parts.speech) : createSpeechEngine(config, logger);
   return {
     config,
     logger,
@@ -54,6 +65,19 @@ export function createPlatform(config: Config, logger: Logger): Platform {
       await speech.close().catch(() => {});
       await db.destroy().catch(() => {});
     },
+  };
+}
+
+/** An engine the caller owns, as the platform's: its close is the caller's. */
+function borrowed(engine: SpeechEngine): Platform['speech'] {
+  return {
+    transcribe: (req) => engine.transcribe(req),
+    openStream: engine.openStream && (() => engine.openStream!()),
+    languages: () => engine.languages(),
+    healthy: () => engine.healthy(),
+    ready: async () => {},
+    workerIds: () => [],
+    close: async () => {},
   };
 }
 

@@ -13,16 +13,15 @@ import { Writable } from 'node:stream';
 import WebSocket from 'ws';
 import { loadConfig, type Config, type ConfigOverrides } from '../../shared/config/index.js';
 import { createLogger } from '../../shared/logger.js';
-import { createDb, type Knex } from '../../shared/db/index.js';
-import { PlanCatalog } from '../../shared/plans.js';
+import type { Knex } from 'knex';
 import { Authenticator, KeyStore } from '../../shared/auth/index.js';
-import { MemoryLimits, RedisLimits, type LimitsDriver } from '../../shared/limits/index.js';
+import type { LimitsDriver } from '../../shared/limits/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
 import { SileroPool } from '../../realtime/vad/silero.js';
 import { InlineVad, type VadService } from '../../realtime/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
-import { UsageLedger } from '../../shared/usage.js';
+import { createPlatform } from '../../shared/platform.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -118,21 +117,18 @@ export async function createRealtimeContext(opts: {
   );
   const logs = new Sink();
   const logger = createLogger({ level: 'info' }, logs);
-  const db = createDb(testDb.url, { poolMax: 4 });
-  const plans = new PlanCatalog(config.plans.overrides);
-  const keys = new KeyStore(db, plans);
-  const auth = new Authenticator(keys, plans, {
-    keyCacheTtlMs: 1000,
-    lastUsedFlushMs: 60_000,
-    sessionTokenSecret: SESSION_SECRET,
-    sessionTokenTtlSeconds: 60,
-  });
-  const limits: LimitsDriver = opts.redis
-    ? RedisLimits.connect(TEST_REDIS_URL, opts.redisPrefix ?? `rt-test-${randomBytes(4).toString('hex')}:`)
-    : new MemoryLimits();
-  const ledger = new UsageLedger(db, config.ledger, logger).start();
+  // The realtime process's own kernel, with the test's engine and, for Redis limits, a prefix of its own.
+  const platform = createPlatform(
+    { ...config, dbPoolMax: 4, redisUrl: opts.redis ? TEST_REDIS_URL : undefined },
+    logger,
+    {
+      speech: opts.engine,
+      limitsPrefix: opts.redisPrefix ?? `rt-test-${randomBytes(4).toString('hex')}:`,
+    },
+  );
+  const { db, keys, auth, limits } = platform;
   const rt = await startRealtime(
-    { config, logger, db, auth, limits, engine: opts.engine, ledger },
+    { ...platform, engine: platform.speech },
     { port: 0, host: '127.0.0.1', vad: opts.vad ?? (await testVad(config)) },
   );
   const base = `http://127.0.0.1:${rt.port}`;
@@ -153,10 +149,7 @@ export async function createRealtimeContext(opts: {
     },
     async close() {
       await rt.stop();
-      await ledger.close();
-      await auth.close();
-      await limits.close();
-      await db.destroy();
+      await platform.close();
       if (!opts.testDb) await testDb.drop();
     },
   };
@@ -171,7 +164,10 @@ export async function usageRows(ctx: RealtimeTestContext, sessionId: string): Pr
  * A session's usage once it is final. A checkpoint (a `live` row) may be written first with every
  * byte received so far, before the VAD has set dropped audio aside: only the final row is the bill.
  */
-export async function finalUsage(ctx: RealtimeTestContext, sessionId: string): Promise<Record<string, any>[]> {
+export async function finalUsage(
+  ctx: RealtimeTestContext,
+  sessionId: string,
+): Promise<Record<string, any>[]> {
   return eventually(
     () => usageRows(ctx, sessionId),
     (r) => r.length > 0 && r.every((x) => x.status === 'final'),
