@@ -541,6 +541,12 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
         let ended = false;
         void s.closed.then(() => (ended = true));
         while (!ended && restarting) await s.stream(clip, { pace: 1 });
+        // Leaving on its own, a client waits for the finals of what it said (a loaded machine may take a while).
+        const mine = (list: string[]) => list.filter((u) => u.startsWith(`${id}.`)).length;
+        const deadline = Date.now() + 20_000;
+        while (!ended && mine(completed) + mine(failed) < mine(started) && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 50));
+        }
         if (!ended) s.ws.close(1000);
         const { code } = await s.closed;
         closeCodes.push(code);
