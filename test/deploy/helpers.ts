@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import net from 'node:net';
 import { AUDIO_DIR, bearer, connect, readPcm, repoRoot, silence } from '../realtime/helpers.js';
 import { startCluster, type Cluster, type ClusterOptions } from '../../scripts/cluster/index.js';
+import { withLock } from '../helpers/lock.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 
 const run = promisify(execFile);
@@ -19,17 +20,19 @@ const run = promisify(execFile);
 let built: Promise<void> | undefined;
 /** `tsc` into dist/ once per test run (incremental: the build info lives in dist/, so a removed dist/ is rebuilt whole). */
 export function buildDist(): Promise<void> {
-  built ??= run(
-    process.execPath,
-    [
-      path.join(repoRoot, 'node_modules/typescript/bin/tsc'),
-      '-p',
-      'tsconfig.json',
-      '--incremental',
-      '--tsBuildInfoFile',
-      'dist/.tsbuildinfo',
-    ],
-    { cwd: repoRoot, maxBuffer: 16 * 1024 * 1024 },
+  built ??= withLock('dist', () =>
+    run(
+      process.execPath,
+      [
+        path.join(repoRoot, 'node_modules/typescript/bin/tsc'),
+        '-p',
+        'tsconfig.json',
+        '--incremental',
+        '--tsBuildInfoFile',
+        'dist/.tsbuildinfo',
+      ],
+      { cwd: repoRoot, maxBuffer: 16 * 1024 * 1024 },
+    ),
   ).then(() => undefined);
   return built;
 }

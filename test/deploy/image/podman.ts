@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { repoRoot } from '../../realtime/helpers.js';
+import { withLock } from '../../helpers/lock.js';
 
 const run = promisify(execFile);
 const HERE = path.join(repoRoot, 'test/deploy/image');
@@ -91,7 +92,11 @@ export const IMAGE_REPO = 'localhost/stt-service';
  * (podman's layer cache makes a rebuild after a source change short). Older
  * test tags are removed after a build.
  */
-export async function ensureImage(log: (line: string) => void = () => {}): Promise<string> {
+export function ensureImage(log: (line: string) => void = () => {}): Promise<string> {
+  return withLock('image', () => buildImage(log));
+}
+
+async function buildImage(log: (line: string) => void): Promise<string> {
   const base = await run('bash', [path.join(HERE, 'base.sh')], { env: PODMAN_ENV, timeout: 15 * 60_000 });
   log(base.stdout.trim());
   const tag = `${IMAGE_REPO}:test-${await imageHash()}`;
