@@ -14,7 +14,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
 import { pingDb } from '../shared/db/index.js';
 import { createPlatform, type Platform } from '../shared/platform.js';
-import type { ArtifactStore } from './batch/storage/index.js';
+import { createArtifactStore, type ArtifactStore } from './batch/storage/index.js';
+import { OutboundClient } from './batch/net/index.js';
 import { BatchRuntime } from './batch/runtime.js';
 import type { RunnerHooks } from './batch/workflow.js';
 import { type ReadinessCheck, realtimeReadiness } from './http/readiness.js';
@@ -75,7 +76,8 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
     db,
     ledger,
     speech,
-    store: opts.store,
+    store: opts.store ?? createArtifactStore(config.batch.storage),
+    outbound: new OutboundClient(config.batch.outbound.allow, config.batch.outbound),
     hooks: opts.hooks,
   });
   const intake = new Intake();

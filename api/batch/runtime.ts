@@ -16,7 +16,7 @@ import type { Config } from '../../shared/config/index.js';
 import type { Principal } from '../../shared/auth/index.js';
 import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from './net/index.js';
-import { type ArtifactStore, createArtifactStore, tenantStore } from './storage/index.js';
+import { type ArtifactStore, tenantStore } from './storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageLedger } from '../../shared/usage.js';
@@ -38,8 +38,11 @@ export interface BatchRuntimeDeps {
   db: Knex;
   ledger: UsageLedger;
   speech: SpeechEngine;
-  /** Overrides for tests and benchmarks. */
-  store?: ArtifactStore;
+  /** Where artifacts live (the configured store, or a test's). */
+  store: ArtifactStore;
+  /** Fetches of `audio_url` and webhook deliveries, under the outbound policy. */
+  outbound: OutboundClient;
+  /** Runner hooks for tests and benchmarks. */
   hooks?: RunnerHooks;
 }
 
@@ -68,8 +71,8 @@ export class BatchRuntime {
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
     this.polls = new PollReader(this.repo);
-    this.store = d.store ?? createArtifactStore(d.config.batch.storage);
-    this.outbound = new OutboundClient(d.config.batch.outbound.allow, d.config.batch.outbound);
+    this.store = d.store;
+    this.outbound = d.outbound;
     this.log = d.logger.child({ component: 'batch' });
   }
 

@@ -66,7 +66,12 @@ describe('batch: graceful worker shutdown mid-job', function () {
     expect(row.lease_owner).to.equal(null);
 
     const calls: number[] = [];
-    second = new BatchRuntime({ ...t.deps, hooks: { onEngineCall: (_w, chunk) => calls.push(chunk) } });
+    second = new BatchRuntime({
+      ...t.deps,
+      store: t.runtime.store,
+      outbound: t.runtime.outbound,
+      hooks: { onEngineCall: (_w, chunk) => calls.push(chunk) },
+    });
     await second.start({ workers: true });
     const done = await waitFor(
       async () => {

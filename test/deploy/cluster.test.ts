@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
+import WebSocket from 'ws';
 import { Webhook } from 'standardwebhooks';
 import { createDb } from '../../shared/db/index.js';
 import { createArtifactStore, tenantStore } from '../../api/batch/storage/index.js';
@@ -540,7 +541,8 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
         });
         let ended = false;
         void s.closed.then(() => (ended = true));
-        while (!ended && restarting) await s.stream(clip, { pace: 1 });
+        // stream() returns at once on a closing socket: loop only while it is open, or the loop never yields.
+        while (!ended && restarting && s.ws.readyState === WebSocket.OPEN) await s.stream(clip, { pace: 1 });
         // Leaving on its own, a client waits for the finals of what it said (a loaded machine may take a while).
         const mine = (list: string[]) => list.filter((u) => u.startsWith(`${id}.`)).length;
         const deadline = Date.now() + 20_000;
@@ -557,7 +559,8 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     await new Promise((r) => setTimeout(r, 4000));
     for (const name of ['realtime1', 'realtime2']) {
       proc(name).child.kill('SIGTERM');
-      expect(await proc(name).exited, `${name} exit code`).to.equal(0);
+      const code = await proc(name).exited;
+      expect(code, `${name} exit code; its last lines:\n${proc(name).lines.slice(-8).join('\n')}`).to.equal(0);
       await c.start(name);
       await new Promise((r) => setTimeout(r, 3000));
     }

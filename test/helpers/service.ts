@@ -41,23 +41,31 @@ export async function startService(env: Record<string, string> = {}): Promise<Ru
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
-  const port = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no start banner:\n${out}`)), 120_000);
-    const check = () => {
-      const m = /service is up on http:\/\/localhost:(\d+)/.exec(out);
-      if (m) {
+  // A start that fails here must not leave the service running (mocha's parallel workers exit, their children do not).
+  const started = async (): Promise<{ port: string; secrets: { adminToken: string } }> => {
+    const port = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no start banner:\n${out}`)), 120_000);
+      const check = () => {
+        const m = /service is up on http:\/\/localhost:(\d+)/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      };
+      child.stdout!.on('data', check);
+      child.once('exit', (c) => {
         clearTimeout(timer);
-        resolve(m[1]);
-      }
-    };
-    child.stdout!.on('data', check);
-    child.once('exit', (c) => {
-      clearTimeout(timer);
-      reject(new Error(`start exited ${c}:\n${out}`));
+        reject(new Error(`start exited ${c}:\n${out}`));
+      });
     });
+    child.removeAllListeners('exit');
+    return { port, secrets: JSON.parse(fs.readFileSync(path.join(dataDir, 'secrets.json'), 'utf8')) };
+  };
+  const { port, secrets } = await started().catch((err: unknown) => {
+    // As stop() does: SIGINT lets the start stop its own children (realtime, embedded Postgres).
+    child.kill('SIGINT');
+    throw err;
   });
-  child.removeAllListeners('exit');
-  const secrets = JSON.parse(fs.readFileSync(path.join(dataDir, 'secrets.json'), 'utf8'));
   return {
     baseUrl: `http://127.0.0.1:${port}`,
     adminToken: env.GATEWAY_ADMIN_TOKEN ?? secrets.adminToken,

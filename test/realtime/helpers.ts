@@ -272,7 +272,8 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
         const pace = o.pace ?? 0; // 0 = as fast as possible, 1 = real time, 4 = four times real time
         const t0 = Date.now();
         for (let off = 0; off < pcm.length; off += frame) {
-          if (ws.readyState !== WebSocket.OPEN) return;
+          // Yield to the event loop even then: a caller looping on stream() must let the close arrive.
+          if (ws.readyState !== WebSocket.OPEN) return new Promise((r) => setImmediate(r));
           const piece = pcm.subarray(off, Math.min(pcm.length, off + frame));
           if (o.base64)
             ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: piece.toString('base64') }));
