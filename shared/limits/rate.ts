@@ -21,7 +21,13 @@ export class RateLimiters {
   constructor(
     private readonly redis: Redis | null,
     private readonly prefix: string,
-  ) {}
+  ) {
+    // A RateLimiterRedis defines its Lua command on the client when it is constructed, and an
+    // ioredis auto-pipeline copies the client's commands when it is opened: the first limiter made
+    // while a pipeline was open called a command that pipeline lacked, and ioredis threw an
+    // uncaught TypeError that stopped the process. Defining it now, before any command, closes that.
+    if (redis) new RateLimiterRedis({ storeClient: redis, points: 1, duration: 1 });
+  }
 
   private limiter(bucket: RateBucket, perMinute: number): RateLimiterAbstract {
     const id = `${bucket}:${perMinute}`;

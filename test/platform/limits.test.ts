@@ -151,6 +151,35 @@ describe('Redis rate limits shared by instances', () => {
     }
   });
 
+  it('a limit first used while other commands are in flight is counted, not a crash (auto-pipelining)', async () => {
+    // ioredis's auto-pipeline copies the client's scripts when it is created; a limiter defined later
+    // (each new plan size makes one) was missing from the open pipeline: an uncaught TypeError in ioredis
+    // stopped the process (seen in a realtime instance of the cluster test).
+    const fresh = RedisLimits.connect(TEST_REDIS_URL, `stt-test-${randomUUID()}:`);
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    const mochaHandlers = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    process.on('uncaughtException', onUncaught);
+    try {
+      expect(await fresh.ping()).to.equal(true);
+      // In one pass of the event loop's check phase: a callback issues a command (it opens an
+      // auto-pipeline, sent on the next pass), then the batched consume creates the first limiter.
+      const other = new Promise((resolve, reject) =>
+        setImmediate(() => fresh.redis.get('x').then(resolve, reject)),
+      );
+      const decision = fresh.consume('requests', randomUUID(), 7);
+      await other;
+      expect((await decision).allowed).to.equal(true);
+      await new Promise((r) => setTimeout(r, 100));
+    } finally {
+      process.removeListener('uncaughtException', onUncaught);
+      for (const h of mochaHandlers) process.on('uncaughtException', h);
+      await fresh.close();
+    }
+    expect(uncaught.map(String)).to.deep.equal([]);
+  });
+
   it('keeps small limits exact', async () => {
     const owner = randomUUID();
     const results = [];
