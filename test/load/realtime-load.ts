@@ -13,10 +13,11 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-// test/audio, from test/load or, compiled, from dist/test/load.
+// test/audio (the clips), from test/load or, compiled, from dist/test/load (dist/test/audio holds only compiled scripts).
 const AUDIO_DIR =
-  [path.resolve(here, '../audio'), path.resolve(here, '../../../test/audio')].find((d) => fs.existsSync(d)) ??
-  path.resolve(here, '../audio');
+  [path.resolve(here, '../audio'), path.resolve(here, '../../../test/audio')].find((d) =>
+    fs.existsSync(path.join(d, 'jfk.wav')),
+  ) ?? path.resolve(here, '../audio');
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];
