@@ -39,8 +39,11 @@ const PHASES = [0, 1].map((p) => {
 });
 
 export class Resampler24To16 {
-  /** The last SPAN input samples, then the current chunk's (reused between chunks). */
-  private x = new Float64Array(SPAN + 4800);
+  /**
+   * The last SPAN input samples, then the current chunk's; grown to the largest chunk seen and
+   * reused (an idle session holds only the SPAN samples of history).
+   */
+  private x = new Float64Array(SPAN);
   /** Input samples consumed so far, and output samples produced. */
   private inCount = 0;
   private outCount = 0;

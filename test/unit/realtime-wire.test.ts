@@ -79,6 +79,13 @@ describe('unit: 24 kHz audio on the OpenAI endpoint', () => {
     expect(rms(stop, 200) / rms(tone(10000, 0.5, 24000))).to.be.below(0.01);
   });
 
+  it('holds only its filter history while the session is idle (10,000 idle sessions stay cheap)', () => {
+    const before = process.memoryUsage().arrayBuffers;
+    const idle = Array.from({ length: 2000 }, () => new Resampler24To16());
+    const perSession = (process.memoryUsage().arrayBuffers - before) / idle.length;
+    expect(perSession).to.be.below(1024);
+  });
+
   it('accepts exactly strict base64 in appends', () => {
     const strict = (s: string): boolean => s.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(s);
     const alphabet = fc.constantFrom(...'AQgw+/=-_ !\n.é'.split(''), 'A', 'b', '9');
