@@ -35,6 +35,24 @@ env.GATEWAY_ADMIN_TOKEN ||= secrets.adminToken;
 env.GATEWAY_SESSION_TOKEN_SECRET ||= secrets.sessionTokenSecret;
 
 /** Something already accepts connections there (another instance, another program). */
+/**
+ * A free loopback port, chosen here rather than by the realtime process
+ * listening on port 0: Linux keeps a port a listener got from port 0 bound
+ * for as long as its accepted connections sit in TIME_WAIT (60 s) after the
+ * process dies, so a restart on that port failed with EADDRINUSE for a
+ * minute. A port bound by number is free again at once (SO_REUSEADDR).
+ */
+function freeLoopbackPort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, host, () => {
+      const { port } = srv.address() as net.AddressInfo;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 function portInUse(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect({ port, host });
@@ -154,13 +172,6 @@ await runProcess({
 }).catch(() => undefined);
 
 /**
- * The realtime tier in its own process, supervised: when it dies it is
- * started again on the same port after a backoff (doubling, from
- * `embedded.restartBaseMs` to `embedded.restartMaxMs`). While it is down the API's proxy
- * answers upgrades 503 upstream_unavailable with Retry-After, and /readyz
- * reports `realtime: false`.
- */
-/**
  * The embedded Postgres's supervisor process restarts the server itself; if
  * that process dies, it is started again here (with backoff), on the same
  * data directory and port, so DATABASE_URL stays valid.
@@ -188,16 +199,24 @@ function superviseEmbeddedPostgres(start: () => Promise<RunningPostgres>): void 
   watch(pg!);
 }
 
+/**
+ * The realtime tier in its own process, supervised: when it dies it is
+ * started again on the same port (chosen up front, see freeLoopbackPort)
+ * after a backoff (doubling, from `embedded.restartBaseMs` to `embedded.restartMaxMs`). While it is down the API's proxy
+ * answers upgrades 503 upstream_unavailable with Retry-After, and /readyz
+ * reports `realtime: false`.
+ */
 async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promise<void> }> {
   const here = path.dirname(fileURLToPath(import.meta.url));
   const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
   let child: ChildProcess | undefined;
+  const host = env.REALTIME_HOST ?? '127.0.0.1';
   const spawnRealtime = (port: number) =>
     new Promise<number>((resolve, reject) => {
       const c = fork(path.join(here, `../realtime/main${ext}`), [], {
         env: {
           ...env,
-          REALTIME_HOST: env.REALTIME_HOST ?? '127.0.0.1',
+          REALTIME_HOST: host,
           REALTIME_PORT: String(port),
           MIGRATE_ON_START: 'false',
         },
@@ -210,7 +229,18 @@ async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promi
         if (m?.type === 'realtime.listening') resolve(m.port!);
       });
     });
-  const port = await spawnRealtime(Number(env.REALTIME_PORT ?? 0)).catch((err: Error) => {
+  const fixed = Number(env.REALTIME_PORT ?? 0);
+  // A port chosen here can be taken by another program before the child binds it: try another.
+  const first = async (): Promise<number> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await spawnRealtime(fixed || (await freeLoopbackPort(host)));
+      } catch (err) {
+        if (fixed || attempt >= 3) throw err;
+      }
+    }
+  };
+  const port = await first().catch((err: Error) => {
     // A half-started service would answer REST but not the stream: say so and stop.
     logger.fatal({ err }, 'the realtime tier did not start');
     process.stderr.write(

@@ -82,7 +82,14 @@ describe('faults: embedded start supervises its children', function () {
     );
     expect(pids.size, 'the realtime process logged').to.be.greaterThan(0);
     const pid = [...pids].at(-1)!;
+    // A client streaming at the time of the crash: its connection is what the old listener leaves behind.
+    const open = new WebSocket(`${baseUrl.replace('http', 'ws')}/v1/audio/transcriptions/stream`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    await new Promise((resolve, reject) => open.once('open', resolve).once('error', reject));
+    const closed = new Promise((resolve) => open.once('close', resolve));
     process.kill(pid, 'SIGKILL');
+    await closed;
     const refused = await waitFor(
       'a refused upgrade',
       async () => {
@@ -94,11 +101,12 @@ describe('faults: embedded start supervises its children', function () {
     );
     expect(refused.retryAfter).to.equal(String(REALTIME_RETRY_AFTER_SECONDS));
     expect(JSON.parse(refused.body!).error.code).to.equal('upstream_unavailable');
-    // Restarted on its port: the stream and /readyz answer again.
+    // Restarted on its port: the stream and /readyz answer again. When the port came from a
+    // listen on port 0, the killed listener's TIME_WAIT connections kept it bound for 60 s.
     await waitFor(
       'the stream back',
       async () => (await upgrade(baseUrl, key)).status === 101,
-      90_000,
+      30_000,
       300,
     ).catch((err: Error) => {
       throw new Error(`${err.message}\n${svc.output.slice(-4000)}`);
