@@ -15,7 +15,10 @@
  *   (`STT_PINNED_FALLBACK=true` allows one).
  *
  * 4xx answers other than 401/403/408/429 are the request's fault, not the
- * worker's: they end the request without a fallback.
+ * worker's: they end the request without a fallback. A worker that is full
+ * (503 `engine_overloaded`, or 429) stays up and the fallback is tried; when
+ * every worker tried was full the request ends in EngineBusyError, which the
+ * planes answer 503 `engine_overloaded` with Retry-After.
  */
 import type { Logger } from 'pino';
 import { request, type Dispatcher } from 'undici';
@@ -24,7 +27,13 @@ import { wavHeader, pcmDurationSeconds } from '../audio/index.js';
 import { attempts, measured, workerHealthy } from './metrics.js';
 import { fromVerboseJson } from './formats.js';
 import { multipartBody, type MultipartBody } from '../http/multipart.js';
-import { SpeechError, type SpeechEngine, type TranscribeRequest, type TranscribeResult } from './types.js';
+import {
+  EngineBusyError,
+  SpeechError,
+  type SpeechEngine,
+  type TranscribeRequest,
+  type TranscribeResult,
+} from './types.js';
 
 interface WorkerState extends RemoteWorkerConfig {
   healthy: boolean;
@@ -48,6 +57,8 @@ class AttemptError extends Error {
     readonly code = 'transcription_failed',
     /** The worker is fine but cannot serve this request; another might (a language it lacks). */
     readonly tryElsewhere = false,
+    /** The worker is up but behind (its 503 engine_overloaded or 429): another may be free. */
+    readonly overloaded = false,
   ) {
     super(message);
   }
@@ -168,6 +179,7 @@ export class RemotePool implements SpeechEngine {
     const failures: string[] = [];
     let refusedLanguage: AttemptError | undefined;
     let refusals = 0;
+    let overloads = 0;
     for (let i = 0; i < candidates.length; i++) {
       const remaining = deadline - Date.now();
       if (remaining <= 0) break;
@@ -190,9 +202,18 @@ export class RemotePool implements SpeechEngine {
         const e = err as AttemptError;
         attempts.inc({
           worker: worker.id,
-          outcome: e.workerFault === false || e.tryElsewhere ? 'refused' : 'failed',
+          outcome: e.overloaded
+            ? 'overloaded'
+            : e.workerFault === false || e.tryElsewhere
+              ? 'refused'
+              : 'failed',
         });
         failures.push(`${worker.id}: ${e.message}`);
+        if (e.overloaded) {
+          // Up but behind: it stays in rotation, the next worker may have room.
+          overloads++;
+          continue;
+        }
         if (e.tryElsewhere) {
           refusedLanguage = e;
           refusals++;
@@ -213,6 +234,13 @@ export class RemotePool implements SpeechEngine {
         `${refusedLanguage.message} (refused by every worker tried: ${tried})`,
         refusedLanguage.code,
         false,
+      );
+    }
+    if (overloads > 0 && overloads === failures.length) {
+      // Every worker tried was up but full: overload (503 with Retry-After), not a failed transcription.
+      throw new EngineBusyError(
+        `Every speech worker tried is busy; try again shortly (${failures.join('; ')}).`,
+        'engine_overloaded',
       );
     }
     throw new SpeechError(
@@ -264,13 +292,17 @@ export class RemotePool implements SpeechEngine {
         try {
           const body = JSON.parse(text) as { error?: { code?: string; message?: string } };
           if (body.error?.message) message += `: ${body.error.message}`;
-          if (body.error?.code === 'unsupported_language') code = 'unsupported_language';
+          if (body.error?.code === 'unsupported_language' || body.error?.code === 'engine_overloaded')
+            code = body.error.code;
         } catch {
           /* not JSON */
         }
         // A worker without the language is healthy; the next one may have it.
         if (code === 'unsupported_language' && status < 500)
           throw new AttemptError(message, false, code, true);
+        // Full (our engine's 503 engine_overloaded, or any 429): healthy, just behind.
+        if (status === 429 || (status === 503 && code === 'engine_overloaded'))
+          throw new AttemptError(message, false, 'engine_overloaded', true, true);
         // 401/403 mean this worker's credentials are wrong (a configuration fault of that worker).
         const workerFault = status >= 500 || [401, 403, 408, 429].includes(status);
         throw new AttemptError(message, workerFault, code);

@@ -151,7 +151,10 @@ function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
   if (err instanceof AudioTooLongError) return new HttpRefusal(400, 'audio_too_long', p.tooLong);
   if (err instanceof AudioDecodeError) {
     if (err.code === 'invalid_audio') return new HttpRefusal(400, 'invalid_audio', err.message);
-    return new HttpRefusal(503, 'decoder_unavailable', err.message, { retryable: true });
+    return new HttpRefusal(503, 'decoder_unavailable', err.message, {
+      retryable: true,
+      headers: { 'Retry-After': p.failure === 'gateway' ? '2' : '1' },
+    });
   }
   if (!(err instanceof SpeechError)) return undefined;
   // Waiting for a decoder, or a decode past its limit on cores shared by more work than they hold: the
