@@ -12,6 +12,7 @@ import { migrateLatest } from '../shared/db/index.js';
 import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';
+import { HTTP_TIMEOUT_CHECK_MS } from '../shared/config/platform.js';
 
 export interface RunningApi {
   deps: AppDeps;
@@ -34,9 +35,14 @@ export async function startApi(
   const app = createApp(deps);
   await deps.batch.start({ workers: config.batch.workersEnabled });
   const handle = app.callback();
-  const server = http.createServer((req, res) => void handle(req, res));
+  const server = http.createServer(
+    { connectionsCheckingInterval: HTTP_TIMEOUT_CHECK_MS },
+    (req, res) => void handle(req, res),
+  );
+  // Idle keep-alive connections outlive a load balancer's idle timeout (so it closes them first);
+  // a request head must arrive whole within headersTimeoutMs, from a new connection too.
   server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
+  server.headersTimeout = config.http.headersTimeoutMs;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(config.http.port, config.http.host, () => resolve());

