@@ -21,7 +21,7 @@ if (!config.databaseUrl) {
   logger.error('DATABASE_URL is not set');
   process.exit(2);
 }
-const db = createDb(config.databaseUrl, { logger });
+const db = createDb(config.databaseUrl, { logger, queryTimeoutMs: 0 });
 try {
   if (process.argv.includes('--wait')) {
     const deadline = Date.now() + WAIT_LIMIT_MS;

@@ -107,7 +107,7 @@ await runProcess({
     // Migrations run once, here, before either process uses the database.
     if (base.migrateOnStart) {
       const { createDb, migrateLatest } = await import('../shared/db/index.js');
-      const db = createDb(env.DATABASE_URL, { logger });
+      const db = createDb(env.DATABASE_URL, { logger, queryTimeoutMs: 0 });
       const applied = await migrateLatest(db).finally(() => db.destroy());
       if (applied.length) logger.info({ applied }, 'database migrated');
     }

@@ -24,10 +24,20 @@ interface DbLogger {
   debug(obj: object, msg: string): void;
 }
 
+/**
+ * Client-side bound on one query (node-postgres `query_timeout`): a frozen or
+ * unreachable server fails a query in this time ("Query read timeout", a
+ * dependency refusal: 503 with Retry-After) instead of holding the request
+ * for the whole outage. Server-side timeouts cannot see a server that is
+ * frozen. Migrations run by `npm run migrate` have none (`queryTimeoutMs: 0`).
+ */
+export const DB_QUERY_TIMEOUT_MS = 10_000;
+
 export function createDb(
   databaseUrl: string,
-  opts: { poolMax?: number; searchPath?: string; logger?: DbLogger } = {},
+  opts: { poolMax?: number; searchPath?: string; logger?: DbLogger; queryTimeoutMs?: number } = {},
 ): Knex {
+  const queryTimeoutMs = opts.queryTimeoutMs ?? DB_QUERY_TIMEOUT_MS;
   const l = opts.logger;
   return knexFactory({
     // knex prints to the console by default; route its messages into our structured log.
@@ -38,7 +48,11 @@ export function createDb(
       debug: (m: unknown) => l?.debug({ detail: String(m) }, 'knex debug'),
     },
     client: 'pg',
-    connection: { connectionString: databaseUrl, connectionTimeoutMillis: 5000 },
+    connection: {
+      connectionString: databaseUrl,
+      connectionTimeoutMillis: 5000,
+      ...(queryTimeoutMs > 0 ? { query_timeout: queryTimeoutMs } : {}),
+    },
     searchPath: opts.searchPath ? [opts.searchPath] : undefined,
     pool: { min: 0, max: opts.poolMax ?? 10, acquireTimeoutMillis: 5000, idleTimeoutMillis: 30_000 },
     acquireConnectionTimeout: 5000,
@@ -81,9 +95,17 @@ export function migrationConfig(): Knex.MigratorConfig {
  */
 export async function withMigrationLock<T>(db: Knex, fn: () => Promise<T>): Promise<T> {
   // A transaction-scoped lock on the transaction's own connection: released when it ends, however it ends.
+  // Polled rather than waited for in one query: another instance may migrate for longer than
+  // the query timeout.
   return db.transaction(async (trx) => {
-    await trx.raw('SELECT pg_advisory_xact_lock(?)', [MIGRATION_LOCK_ID]);
-    return fn();
+    for (;;) {
+      const { rows } = await trx.raw<{ rows: { locked: boolean }[] }>(
+        'SELECT pg_try_advisory_xact_lock(?) AS locked',
+        [MIGRATION_LOCK_ID],
+      );
+      if (rows[0]?.locked) return fn();
+      await new Promise((r) => setTimeout(r, 200));
+    }
   });
 }
 

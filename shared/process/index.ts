@@ -38,7 +38,7 @@ const UNAVAILABLE_CODES = new Set([
 ]);
 
 const UNAVAILABLE_MESSAGES =
-  /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect|Connection is closed|Client has encountered a connection error|the database system is (starting up|shutting down)|terminating connection due to administrator command|MaxRetriesPerRequest|Stream isn't writeable/i;
+  /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect|Connection is closed|Client has encountered a connection error|the database system is (starting up|shutting down)|terminating connection due to administrator command|MaxRetriesPerRequest|Stream isn't writeable|Query read timeout/i;
 
 /** True for errors that mean a dependency (Postgres, Redis, S3, an engine) could not be reached. */
 export function isDependencyUnavailable(err: unknown, depth = 0): boolean {

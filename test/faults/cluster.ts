@@ -101,6 +101,26 @@ export class OwnPostgres {
     return queryUrl<T>(this.url, sql, params);
   }
 
+  /** The postmaster and every backend it forked, stopped (SIGSTOP): a frozen server, its sockets open. */
+  freeze(): void {
+    for (const pid of this.pids()) process.kill(pid, 'SIGSTOP');
+  }
+
+  thaw(): void {
+    for (const pid of this.pids()) process.kill(pid, 'SIGCONT');
+  }
+
+  private pids(): number[] {
+    const postmaster = Number(
+      fs.readFileSync(path.join(this.dir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0],
+    );
+    const children = execFileSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' })
+      .split('\n')
+      .filter(Boolean)
+      .map(Number);
+    return [postmaster, ...children];
+  }
+
   async destroy(): Promise<void> {
     await this.stop().catch(() => {});
     fs.rmSync(this.dir, { recursive: true, force: true });
