@@ -6,6 +6,10 @@
  * slower than the minimum rate fails at once with a clear error, and a
  * tenant runs at most BATCH_MAX_RUNNING_PER_TENANT workflows at a time (its
  * other jobs wait their turn), so another tenant's job starts within seconds.
+ * Each mechanism is tested on its own: the first case's fast download
+ * failure would free the slots even without the per-tenant bound, so the
+ * second case turns the minimum rate off and only the bound can serve the
+ * other tenant.
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -102,5 +106,83 @@ describe('faults: a tenant whose audio_url stalls does not starve the others', f
       expect(p.error!.name).to.equal('AudioFetchError');
       expect(p.error!.message).to.match(/less than \d+ bytes in 4 s/);
     }
+  });
+});
+
+describe('faults: the per-tenant bound alone serves other tenants while one stalls', function () {
+  this.timeout(120_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let slow: http.Server;
+  let slowUrl: string;
+  const dir = tmpDir('faults-fair-bound-');
+  const sockets = new Set<net.Socket>();
+
+  before(async () => {
+    buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
+    files = await startFileServer(dir);
+    // One byte every 2 s, for ever: far from the default 600 s download limit within this test.
+    slow = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
+      const timer = setInterval(() => res.write('R'), 2000);
+      res.on('close', () => clearInterval(timer));
+    });
+    slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
+    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
+    slowUrl = `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`;
+    // The minimum download rate effectively off (1 byte per 10 min, which the trickle meets): the
+    // stalled downloads never fail during the test, so only the per-tenant bound
+    // (BATCH_MAX_RUNNING_PER_TENANT, 1 by default) can leave one of the process's two slots free.
+    t = await createBatchTestApp(
+      {},
+      { start: true, overrides: { batch: { fetchMinRate: { bytes: 1, windowMs: 600_000 } } } },
+    );
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => slow.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const submit = async (key: string, audioUrl: string) => {
+    const res = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: audioUrl });
+    expect(res.status, JSON.stringify(res.body)).to.equal(202);
+    return res.body.workflow_id as string;
+  };
+  const poll = async (key: string, id: string) =>
+    (await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`))
+      .body as { status: string; error: { name: string; message: string } | null };
+
+  it("two stalled jobs of one tenant hold one slot between them; another tenant's job completes within seconds", async () => {
+    const a = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
+    const b = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-other' })).key;
+    const stalled = [await submit(a, slowUrl), await submit(a, slowUrl)];
+    // Both stalled jobs are picked up (the download of one has begun) before the other tenant submits.
+    await waitFor(async () => sockets.size > 0, 20_000, 100);
+    const started = Date.now();
+    const other = await submit(b, `${files.url}/short.wav`);
+
+    // Without the bound both slots stay held until the 600 s download limit: this wait times out.
+    const done = await waitFor(
+      async () => {
+        const p = await poll(b, other);
+        return p.status === 'complete' || p.status === 'errored' ? p : undefined;
+      },
+      30_000,
+      200,
+    );
+    const waited = Date.now() - started;
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    expect(waited, 'ms until the other tenant was served').to.be.below(15_000);
+
+    // The stalled tenant's jobs are still there (nothing failed to free a slot), one running at a time.
+    const states = await Promise.all(stalled.map(async (id) => (await poll(a, id)).status));
+    expect(states.sort(), 'the stalled jobs').to.deep.equal(['queued', 'running']);
+    expect(sockets.size, 'stalled downloads open').to.equal(1);
   });
 });
