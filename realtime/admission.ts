@@ -116,6 +116,7 @@ export type UpgradeHandler = (res: HttpResponse, req: HttpRequest, context: us_s
 /** The `upgrade` handlers of the stream path (`native`) and of `/v1/realtime` (`openai`); one count of upgrades in progress. */
 export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHandler {
   const { rt, breaker, quota, sessions, log } = deps;
+  const windowBudget = new UsageBudget(deps.db, deps.usageWindowSeconds);
 
   // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
   // Upgrades between this check and their session's start count as sessions.
@@ -212,8 +213,9 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
         // session), so concurrent sessions cannot overspend it; the reservation ends once it is billed.
         const limits = principal.limits;
         let budget = Math.min(limits.maxAudioSecondsPerSession, limits.maxAudioSecondsPerWindow);
+        let reserved = false;
         try {
-          const decision = await new UsageBudget(deps.db, deps.usageWindowSeconds).reserveUpTo(
+          const decision = await windowBudget.reserveUpTo(
             {
               plane: 'realtime',
               refId: sessionId,
@@ -223,6 +225,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
             },
             limits.maxAudioSecondsPerWindow,
           );
+          reserved = decision.ok;
           // Nothing left: admitted, and ended at once with 1008 audio_quota_exhausted (interface 7.3).
           budget = decision.ok ? decision.seconds : limits.maxAudioSecondsPerWindow - decision.used;
         } catch (err) {
@@ -230,6 +233,9 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
         }
         if (aborted || !deps.serving()) {
           await quota.release(sessionId);
+          // No session, no bill: nothing else would end the reservation before its TTL (the plan's
+          // session length + 60 s), and the key's window would stay short by it until then.
+          if (reserved) await windowBudget.release('realtime', sessionId);
           return;
         }
         const data: SocketData = {

@@ -8,7 +8,8 @@
  * answered 400 `invalid_content_type`.
  *
  * Chain: plane `api` errors, API key, request rate (maxRequestsPerMinute),
- * multipart upload (capped), decode, plan checks, speech engine, usage.
+ * audio window not used up, multipart upload (capped), decode, plan checks
+ * (the clip's seconds reserved in the window), speech engine, usage.
  */
 import { randomUUID } from 'node:crypto';
 import type { Context, Middleware } from 'koa';
@@ -72,6 +73,11 @@ export function segmentHandler(deps: AppDeps): Middleware {
         headers: { 'Retry-After': '30' },
       });
     }
+    // A key whose window is used up (billed, or held by work in flight) is refused before its upload is
+    // read and decoded, so it takes no decode slot; the reservation below would refuse its clip anyway
+    // (an empty clip too is refused here). A window with room left is decided by the reservation.
+    const windowLimit = principal.limits.maxAudioSecondsPerWindow;
+    if ((await budget.used(principal.keyId)) >= windowLimit) throw quotaExhausted(windowLimit);
     const upload = await receiveClip(ctx, cfg.segment.maxUploadBytes);
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
@@ -84,20 +90,12 @@ export function segmentHandler(deps: AppDeps): Middleware {
     try {
       // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
       // before the engine runs, so concurrent uploads cannot overspend the window.
-      const windowLimit = principal.limits.maxAudioSecondsPerWindow;
       const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
       const decision = await budget.reserve(
         { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
         windowLimit,
       );
-      if (!decision.ok) {
-        throw new ApiError(
-          429,
-          'audio_quota_exhausted',
-          `The audio budget of ${windowLimit} s per window is exhausted.`,
-          { retryable: true, headers: { 'Retry-After': '60' } },
-        );
-      }
+      if (!decision.ok) throw quotaExhausted(windowLimit);
       reserved = true;
       const result = await transcribeClip(
         deps.speech,
@@ -120,6 +118,15 @@ export function segmentHandler(deps: AppDeps): Middleware {
       if (reserved) void budget.release('segment', refId);
     }
   };
+}
+
+function quotaExhausted(windowLimit: number): ApiError {
+  return new ApiError(
+    429,
+    'audio_quota_exhausted',
+    `The audio budget of ${windowLimit} s per window is exhausted.`,
+    { retryable: true, headers: { 'Retry-After': '60' } },
+  );
 }
 
 /** How long a clip's reservation holds if its process dies before billing it (longer than any request). */
