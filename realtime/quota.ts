@@ -10,13 +10,13 @@
  * trusted until every holder has renewed since: leases it let expire meanwhile
  * (or lost in a restart) would otherwise be handed to newcomers while their
  * sessions are still open. So admission is refused (503 `limits_unavailable`,
- * Retry-After) until the store has been steady for one renewal interval plus
- * one command timeout, by which time every instance's renewal has re-taken its
- * sessions' slots. Open sessions carry on through the blip. Every instance
- * renews all its leases the moment the store answers again, so the settle
- * period is short (LEASE_SETTLE_MS). Should a renewal still find its slot
- * taken (an instance stalled past that period), the session is ended
- * (`onLost`) rather than run over the limit.
+ * Retry-After) until this instance has seen the store answer again and a
+ * settle period (LEASE_SETTLE_MS) has passed, by which time every instance
+ * has seen it too and re-taken its sessions' slots: each renews all its
+ * leases the moment the store answers again. Open sessions carry on through
+ * the blip. Should a renewal still find its slot taken (an instance stalled
+ * past that period), the session is ended (`onLost`) rather than run over
+ * the limit.
  */
 import type { Logger } from 'pino';
 import type { LimitsDriver } from '../shared/limits/index.js';
@@ -33,12 +33,17 @@ interface Held {
 }
 
 /**
- * How long past a store blip the lease store is not trusted: every instance
- * renews the moment the store answers again (its heartbeat sees that within
- * REDIS_HEARTBEAT_MS), so this covers a heartbeat, a renewal round trip and
- * a margin.
+ * How long after this instance sees the store answer again (the first call
+ * that succeeds after trouble) the lease store is still not trusted. Every
+ * instance sees it within REDIS_RECONNECT_MAX_MS of the others (a frozen or
+ * paused Redis answers every instance's pending calls at once; a restarted
+ * one is reconnected to within that and pinged on `ready`), then renews or
+ * re-takes its leases in two round trips: this covers that and a margin for
+ * a busy event loop. Through the load balancer, new sessions are admitted
+ * again 1.1–1.5 s after Redis returns from a 20 s freeze, pause or restart
+ * (test/faults/redis-blip.test.ts).
  */
-export const LEASE_SETTLE_MS = 1500;
+export const LEASE_SETTLE_MS = 1000;
 
 export class ConnectionQuota {
   private readonly held = new Map<string, Held>();

@@ -44,11 +44,14 @@ return redis.call('ZCARD', KEYS[1])`;
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
 /** How often the driver checks Redis by itself, so a blip is seen even by an idle instance. */
 export const REDIS_HEARTBEAT_MS = 500;
+/** Longest wait between reconnection attempts while Redis is away: a restarted Redis is seen within this. */
+export const REDIS_RECONNECT_MAX_MS = 200;
 
 export class RedisLimits implements LimitsDriver {
   readonly kind = 'redis' as const;
   private readonly rates: RateLimiters;
-  private troubleAt = -Infinity;
+  /** When the last trouble ended: the first call that succeeded after it. */
+  private steadySince = -Infinity;
   /** Set by trouble; the first call that succeeds after it tells the recovery listeners. */
   private troubled = false;
   private readonly recovered = new Set<() => void>();
@@ -62,6 +65,8 @@ export class RedisLimits implements LimitsDriver {
     this.rates = new RateLimiters(redis, prefix);
     // A dropped connection (a restarted Redis has lost every lease) counts as trouble.
     for (const event of ['close', 'reconnecting', 'end']) redis.on(event, this.trouble);
+    // Reconnected: ask at once, so recovery is seen now rather than at the next heartbeat.
+    redis.on('ready', () => void this.ping());
   }
 
   static connect(url: string, prefix = 'stt:'): RedisLimits {
@@ -71,8 +76,8 @@ export class RedisLimits implements LimitsDriver {
       enableOfflineQueue: true,
       connectTimeout: 2000,
       commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
-      // Reconnect within half a second of Redis coming back (ioredis's default backs off to 2 s).
-      retryStrategy: (times: number) => Math.min(times * 100, 500),
+      // Reconnect within REDIS_RECONNECT_MAX_MS of Redis coming back (ioredis's default backs off to 2 s).
+      retryStrategy: (times: number) => Math.min(times * 50, REDIS_RECONNECT_MAX_MS),
       enableAutoPipelining: true,
     });
     // Connection errors are reported by the commands that fail; avoid unhandled 'error' events.
@@ -84,7 +89,6 @@ export class RedisLimits implements LimitsDriver {
   }
 
   private readonly trouble = () => {
-    this.troubleAt = performance.now();
     this.troubled = true;
   };
 
@@ -99,6 +103,7 @@ export class RedisLimits implements LimitsDriver {
     }
     if (this.troubled) {
       this.troubled = false;
+      this.steadySince = performance.now();
       for (const cb of this.recovered) cb();
     }
     return result;
@@ -109,8 +114,15 @@ export class RedisLimits implements LimitsDriver {
     return () => this.recovered.delete(cb);
   }
 
+  /**
+   * 0 while in trouble; then the time since the first call that succeeded after it. Counted from
+   * the recovery, not from the last failure: during a freeze a command fails only once per
+   * command timeout (auto-pipelining sends the next batch when the previous one fails), so the
+   * last failure can be a second before Redis returns, and counting from it shortened the
+   * settle period by up to that much.
+   */
   steadyForMs(): number {
-    return performance.now() - this.troubleAt;
+    return this.troubled ? 0 : performance.now() - this.steadySince;
   }
 
   private leaseKey(scope: string, owner: string): string {
