@@ -4,7 +4,9 @@
  * opened with the `sk-` key on one and a session opened with an `rt_` token
  * of the same key on the other are both closed 1008 `api_key_revoked` within
  * 5 s of the revocation, and metered; another key's session carries on.
- * Before, both transcribed until the client left.
+ * Before, both transcribed until the client left. A key reaching its
+ * `expires_at` ends its sessions the same way, 1008 `api_key_expired`, within
+ * 5 s of the expiry and not before it.
  */
 import { expect } from 'chai';
 import { issueSessionToken } from '../../shared/auth/index.js';
@@ -22,7 +24,7 @@ import {
   type RealtimeTestContext,
 } from './helpers.js';
 
-describe('realtime: revoking a key ends its open sessions on every instance', function () {
+describe('realtime: revoking or expiring a key ends its open sessions on every instance', function () {
   this.timeout(60_000);
   let engine: SpeechEngine;
   let a: RealtimeTestContext;
@@ -57,7 +59,9 @@ describe('realtime: revoking a key ends its open sessions on every instance', fu
         setTimeout(() => reject(new Error('still open 6 s after the revocation')), 6000),
       ),
     ]);
-    expect(Date.now() - revokedAt).to.be.below(5000);
+    const took = Date.now() - revokedAt;
+    console.log(`      closed ${took} ms after the revocation (sk- key, rt_ token)`);
+    expect(took).to.be.below(5000);
     for (const c of closes) expect(c).to.deep.equal({ code: 1008, reason: 'api_key_revoked' });
     // The session of another key is still open and served.
     expect(bystander.ws.readyState).to.equal(bystander.ws.OPEN);
@@ -72,5 +76,37 @@ describe('realtime: revoking a key ends its open sessions on every instance', fu
     }
     bystander.ws.close(1000);
     await bystander.closed;
+  });
+
+  it('closes the sk- session and the rt_ session 1008 api_key_expired within 5 s of expires_at, not before', async () => {
+    const expiresAt = Date.now() + 2500;
+    const rec = await a.keys.issue({ ownerId: 'tenant-rt', plan: 'pro', expiresAt: new Date(expiresAt) });
+    const direct = await connect(a.url, bearer(rec.key!));
+    const { token } = issueSessionToken(SESSION_SECRET, rec.id, 60);
+    const viaToken = await connect(`${b.url}?access_token=${token}`);
+    const created = await Promise.all([direct, viaToken].map((c) => c.next('session.created')));
+    expect(Date.now(), 'both sessions open before the expiry').to.be.below(expiresAt);
+    for (const c of [direct, viaToken]) c.ws.send(silence(200));
+
+    const closedAt = await Promise.race([
+      Promise.all([direct, viaToken].map((c) => c.closed.then(() => Date.now()))),
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error('still open 6 s after expires_at')), expiresAt + 6000 - Date.now()),
+      ),
+    ]);
+    const after = closedAt.map((t) => t - expiresAt);
+    console.log(`      closed ${after.join(' ms and ')} ms after expires_at (sk- key, rt_ token)`);
+    for (const ms of after) expect(ms, 'ms from expires_at to the close').to.be.within(0, 5000);
+    for (const c of [direct, viaToken]) {
+      expect(await c.closed).to.deep.equal({ code: 1008, reason: 'api_key_expired' });
+    }
+    // Metered as every close is.
+    for (const [ctx, ev] of [
+      [a, created[0]],
+      [b, created[1]],
+    ] as const) {
+      const rows = await finalUsage(ctx, ev.session_id as string);
+      expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
+    }
   });
 });
