@@ -44,10 +44,11 @@ export interface LimitsDriver {
   /** True when the backing store answers (always true in memory). */
   ping(): Promise<boolean>;
   /**
-   * Milliseconds since the store last failed a call, missed a heartbeat or
-   * lost its connection (Infinity when it never did; always Infinity in
-   * memory). Leases are only trusted once the store has been steady for a
-   * renewal interval: every holder has then renewed (or re-taken) its own.
+   * 0 while the store is failing calls, missing heartbeats or without its
+   * connection; after that, milliseconds since the first call that
+   * succeeded (Infinity when it never failed; always Infinity in memory).
+   * Leases are only trusted once the store has been steady for the settle
+   * period: every holder has then renewed (or re-taken) its own.
    */
   steadyForMs(): number;
   /** Calls `cb` when the store answers again after trouble (never, in memory); returns the unsubscribe. */
