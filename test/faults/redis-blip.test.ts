@@ -416,8 +416,9 @@ describe('faults: a Redis blip behind the load balancer', function () {
         expect(trusted!.at - back, 'ms until the lease store was trusted again').to.be.below(RECOVERY_MS);
         expect(admitted, 'a new session admitted after Redis returned').to.not.equal(undefined);
         expect(admitted!.end - back, 'ms until a new session was admitted').to.be.below(RECOVERY_MS);
+        // Uploads never stopped (asserted above), so when the next one is answered after the return
+        // is its turn on the engine behind the other loops, not a recovery: printed, not bounded.
         expect(firstOk, 'an upload answered 200 after Redis returned').to.not.equal(undefined);
-        expect(firstOk!.end - back, 'ms until an upload was answered 200').to.be.below(RECOVERY_MS);
         expect(
           sentAfter.filter((a) => a.status === 200).length,
           'uploads sent after the return, answered 200',
