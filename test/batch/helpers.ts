@@ -11,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import request from 'supertest';
 import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
@@ -175,4 +177,26 @@ export async function waitFor<T>(
 
 export function randomId(prefix = 'req'): string {
   return `${prefix}-${randomBytes(6).toString('hex')}`;
+}
+
+/** Submits a batch job of `audioUrl` (expects 202); resolves with its workflow id. */
+export async function submitJob(t: TestApp, key: string, audioUrl: string): Promise<string> {
+  const res = await request(t.server)
+    .post('/v1/audio/transcriptions/jobs')
+    .set('authorization', `Bearer ${key}`)
+    .send({ audio_url: audioUrl });
+  expect(res.status, JSON.stringify(res.body)).to.equal(202);
+  return res.body.workflow_id as string;
+}
+
+/** A job's poll as its owner sees it. */
+export async function pollJob(
+  t: TestApp,
+  key: string,
+  id: string,
+): Promise<{ status: string; error: { name: string; message: string } | null }> {
+  const res = await request(t.server)
+    .get(`/v1/audio/transcriptions/jobs/${id}`)
+    .set('authorization', `Bearer ${key}`);
+  return res.body as { status: string; error: { name: string; message: string } | null };
 }

@@ -16,75 +16,68 @@ import http from 'node:http';
 import type net from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
-import request from 'supertest';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pollJob,
   startFileServer,
+  submitJob,
   tmpDir,
   waitFor,
-  type BatchTestApp,
-  type FileServer,
 } from '../batch/helpers.js';
+
+/**
+ * A batch app (two workflow slots) beside a file server holding a short clip and a server that
+ * answers 200 and then sends one byte every 2 s, for ever.
+ */
+async function stallingFixture(prefix: string, fetchMinRate: { bytes: number; windowMs: number }) {
+  const dir = tmpDir(prefix);
+  buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
+  const files = await startFileServer(dir);
+  const sockets = new Set<net.Socket>();
+  const slow = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
+    const timer = setInterval(() => res.write('R'), 2000);
+    res.on('close', () => clearInterval(timer));
+  });
+  slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
+  await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
+  const t = await createBatchTestApp({}, { start: true, overrides: { batch: { fetchMinRate } } });
+  return {
+    t,
+    sockets,
+    shortUrl: `${files.url}/short.wav`,
+    slowUrl: `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`,
+    submit: (key: string, audioUrl: string) => submitJob(t, key, audioUrl),
+    poll: (key: string, id: string) => pollJob(t, key, id),
+    async close() {
+      await t.close();
+      await files.close();
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => slow.close(r));
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 describe('faults: a tenant whose audio_url stalls does not starve the others', function () {
   this.timeout(180_000);
-  let t: BatchTestApp;
-  let files: FileServer;
-  let slow: http.Server;
-  let slowUrl: string;
-  const dir = tmpDir('faults-fair-');
-  const sockets = new Set<net.Socket>();
-
-  before(async () => {
-    buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
-    files = await startFileServer(dir);
-    // A server that answers 200 and then sends one byte every 2 s, for ever.
-    slow = http.createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
-      const timer = setInterval(() => res.write('R'), 2000);
-      res.on('close', () => clearInterval(timer));
-    });
-    slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
-    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
-    slowUrl = `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`;
-    // The process's default two workflow slots; the download rate measured over 4 s here (15 s by default).
-    t = await createBatchTestApp(
-      {},
-      { start: true, overrides: { batch: { fetchMinRate: { bytes: 4096 * 4, windowMs: 4000 } } } },
-    );
-  });
-  after(async () => {
-    await t?.close();
-    await files?.close();
-    for (const s of sockets) s.destroy();
-    await new Promise((r) => slow.close(r));
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-
-  const submit = async (key: string, audioUrl: string) => {
-    const res = await request(t.server)
-      .post('/v1/audio/transcriptions/jobs')
-      .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: audioUrl });
-    expect(res.status, JSON.stringify(res.body)).to.equal(202);
-    return res.body.workflow_id as string;
-  };
-  const poll = async (key: string, id: string) =>
-    (await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`))
-      .body as { status: string; error: { name: string; message: string } | null };
+  let f: Awaited<ReturnType<typeof stallingFixture>>;
+  // The download rate measured over 4 s here (15 s by default).
+  before(async () => (f = await stallingFixture('faults-fair-', { bytes: 4096 * 4, windowMs: 4000 })));
+  after(() => f?.close());
 
   it("another tenant's job completes while two stalled jobs wait; the stalled downloads fail fast and clearly", async () => {
-    const a = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
-    const b = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-other' })).key;
+    const a = (await issueKey(f.t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
+    const b = (await issueKey(f.t, { plan: 'pro', ownerId: 'tenant-other' })).key;
     const started = Date.now();
-    const stalled = [await submit(a, slowUrl), await submit(a, slowUrl)];
-    const other = await submit(b, `${files.url}/short.wav`);
+    const stalled = [await f.submit(a, f.slowUrl), await f.submit(a, f.slowUrl)];
+    const other = await f.submit(b, f.shortUrl);
 
     const done = await waitFor(
       async () => {
-        const p = await poll(b, other);
+        const p = await f.poll(b, other);
         return p.status === 'complete' || p.status === 'errored' ? p : undefined;
       },
       60_000,
@@ -97,7 +90,7 @@ describe('faults: a tenant whose audio_url stalls does not starve the others', f
     for (const id of stalled) {
       const p = await waitFor(
         async () => {
-          const r = await poll(a, id);
+          const r = await f.poll(a, id);
           return r.status === 'errored' ? r : undefined;
         },
         60_000,
@@ -111,66 +104,26 @@ describe('faults: a tenant whose audio_url stalls does not starve the others', f
 
 describe('faults: the per-tenant bound alone serves other tenants while one stalls', function () {
   this.timeout(120_000);
-  let t: BatchTestApp;
-  let files: FileServer;
-  let slow: http.Server;
-  let slowUrl: string;
-  const dir = tmpDir('faults-fair-bound-');
-  const sockets = new Set<net.Socket>();
-
-  before(async () => {
-    buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
-    files = await startFileServer(dir);
-    // One byte every 2 s, for ever: far from the default 600 s download limit within this test.
-    slow = http.createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
-      const timer = setInterval(() => res.write('R'), 2000);
-      res.on('close', () => clearInterval(timer));
-    });
-    slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
-    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
-    slowUrl = `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`;
-    // The minimum download rate effectively off (1 byte per 10 min, which the trickle meets): the
-    // stalled downloads never fail during the test, so only the per-tenant bound
-    // (BATCH_MAX_RUNNING_PER_TENANT, 1 by default) can leave one of the process's two slots free.
-    t = await createBatchTestApp(
-      {},
-      { start: true, overrides: { batch: { fetchMinRate: { bytes: 1, windowMs: 600_000 } } } },
-    );
-  });
-  after(async () => {
-    await t?.close();
-    await files?.close();
-    for (const s of sockets) s.destroy();
-    await new Promise((r) => slow.close(r));
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-
-  const submit = async (key: string, audioUrl: string) => {
-    const res = await request(t.server)
-      .post('/v1/audio/transcriptions/jobs')
-      .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: audioUrl });
-    expect(res.status, JSON.stringify(res.body)).to.equal(202);
-    return res.body.workflow_id as string;
-  };
-  const poll = async (key: string, id: string) =>
-    (await request(t.server).get(`/v1/audio/transcriptions/jobs/${id}`).set('authorization', `Bearer ${key}`))
-      .body as { status: string; error: { name: string; message: string } | null };
+  let f: Awaited<ReturnType<typeof stallingFixture>>;
+  // The minimum download rate effectively off (1 byte per 10 min, which the trickle meets): the
+  // stalled downloads never fail during the test, so only the per-tenant bound
+  // (BATCH_MAX_RUNNING_PER_TENANT, 1 by default) can leave one of the process's two slots free.
+  before(async () => (f = await stallingFixture('faults-fair-bound-', { bytes: 1, windowMs: 600_000 })));
+  after(() => f?.close());
 
   it("two stalled jobs of one tenant hold one slot between them; another tenant's job completes within seconds", async () => {
-    const a = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
-    const b = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-other' })).key;
-    const stalled = [await submit(a, slowUrl), await submit(a, slowUrl)];
+    const a = (await issueKey(f.t, { plan: 'pro', ownerId: 'tenant-stalling' })).key;
+    const b = (await issueKey(f.t, { plan: 'pro', ownerId: 'tenant-other' })).key;
+    const stalled = [await f.submit(a, f.slowUrl), await f.submit(a, f.slowUrl)];
     // Both stalled jobs are picked up (the download of one has begun) before the other tenant submits.
-    await waitFor(async () => sockets.size > 0, 20_000, 100);
+    await waitFor(async () => f.sockets.size > 0, 20_000, 100);
     const started = Date.now();
-    const other = await submit(b, `${files.url}/short.wav`);
+    const other = await f.submit(b, f.shortUrl);
 
     // Without the bound both slots stay held until the 600 s download limit: this wait times out.
     const done = await waitFor(
       async () => {
-        const p = await poll(b, other);
+        const p = await f.poll(b, other);
         return p.status === 'complete' || p.status === 'errored' ? p : undefined;
       },
       30_000,
@@ -181,8 +134,8 @@ describe('faults: the per-tenant bound alone serves other tenants while one stal
     expect(waited, 'ms until the other tenant was served').to.be.below(15_000);
 
     // The stalled tenant's jobs are still there (nothing failed to free a slot), one running at a time.
-    const states = await Promise.all(stalled.map(async (id) => (await poll(a, id)).status));
+    const states = await Promise.all(stalled.map(async (id) => (await f.poll(a, id)).status));
     expect(states.sort(), 'the stalled jobs').to.deep.equal(['queued', 'running']);
-    expect(sockets.size, 'stalled downloads open').to.equal(1);
+    expect(f.sockets.size, 'stalled downloads open').to.equal(1);
   });
 });

@@ -30,7 +30,9 @@ import { tmpDir, waitFor } from './cluster.js';
 import {
   audioDir,
   createBatchTestApp,
+  pollJob,
   startFileServer,
+  submitJob,
   type BatchTestApp,
   type FileServer,
 } from '../batch/helpers.js';
@@ -52,25 +54,12 @@ const CLIP_SECONDS = 2.99;
 
 type Job = { status: string; error: { name: string; message: string } | null };
 
-/** Submits a batch job of `audioUrl`; resolves with its workflow id. */
-async function submitJob(t: TestApp, key: string, audioUrl: string): Promise<string> {
-  const res = await request(t.server)
-    .post('/v1/audio/transcriptions/jobs')
-    .set('authorization', `Bearer ${key}`)
-    .send({ audio_url: audioUrl });
-  expect(res.status, JSON.stringify(res.body)).to.equal(202);
-  return res.body.workflow_id as string;
-}
-
 /** The job's poll once it has ended (complete or errored). */
 function jobEnded(t: TestApp, key: string, id: string, timeoutMs = 60_000): Promise<Job> {
   return waitFor(
     `job ${id} to end`,
     async () => {
-      const res = await request(t.server)
-        .get(`/v1/audio/transcriptions/jobs/${id}`)
-        .set('authorization', `Bearer ${key}`);
-      const { status, error } = res.body as Job;
+      const { status, error } = await pollJob(t, key, id);
       return status === 'complete' || status === 'errored' ? { status, error } : undefined;
     },
     timeoutMs,

@@ -41,6 +41,17 @@ describe('realtime: revoking or expiring a key ends its open sessions on every i
     await engine?.close();
   });
 
+  /** The 0.2 s each closed session (on instance a, then b) was sent is billed once. */
+  const expectMetered = async (created: { session_id?: unknown }[]) => {
+    for (const [ctx, ev] of [
+      [a, created[0]],
+      [b, created[1]],
+    ] as const) {
+      const rows = await finalUsage(ctx, ev.session_id as string);
+      expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
+    }
+  };
+
   it('closes the sk- session and the rt_ session 1008 api_key_revoked within 5 s; another key carries on', async () => {
     const { key, id } = await a.issueKey('pro');
     const other = await a.issueKey('pro');
@@ -67,13 +78,7 @@ describe('realtime: revoking or expiring a key ends its open sessions on every i
     expect(bystander.ws.readyState).to.equal(bystander.ws.OPEN);
     bystander.ws.send(silence(100));
     // The revoked sessions' audio is metered, once.
-    for (const [ctx, ev] of [
-      [a, created[0]],
-      [b, created[1]],
-    ] as const) {
-      const rows = await finalUsage(ctx, ev.session_id as string);
-      expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
-    }
+    await expectMetered(created);
     bystander.ws.close(1000);
     await bystander.closed;
   });
@@ -101,12 +106,6 @@ describe('realtime: revoking or expiring a key ends its open sessions on every i
       expect(await c.closed).to.deep.equal({ code: 1008, reason: 'api_key_expired' });
     }
     // Metered as every close is.
-    for (const [ctx, ev] of [
-      [a, created[0]],
-      [b, created[1]],
-    ] as const) {
-      const rows = await finalUsage(ctx, ev.session_id as string);
-      expect(rows.reduce((s, r) => s + Number(r.audio_seconds), 0)).to.be.closeTo(0.2, 0.001);
-    }
+    await expectMetered(created);
   });
 });
