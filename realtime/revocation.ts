@@ -34,9 +34,12 @@ export class RevocationWatch {
     if (this.checking || this.sessions.size === 0) return;
     this.checking = true;
     try {
-      const ids = [...new Set([...this.sessions].map((s) => s.principal.keyId))];
-      const statuses = await this.keys.statuses(ids);
-      for (const s of [...this.sessions]) {
+      // Only the sessions asked about: one that opened while the query ran is checked next time (its key
+      // is not in the answer, and a key missing from the answer is a deleted one).
+      const asked = [...this.sessions];
+      const statuses = await this.keys.statuses([...new Set(asked.map((s) => s.principal.keyId))]);
+      for (const s of asked) {
+        if (!this.sessions.has(s)) continue;
         const status = statuses.get(s.principal.keyId) ?? 'revoked';
         if (status === 'active') continue;
         this.log.info(

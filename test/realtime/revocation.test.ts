@@ -108,4 +108,30 @@ describe('realtime: revoking or expiring a key ends its open sessions on every i
     // Metered as every close is.
     await expectMetered(created);
   });
+
+  it('a session that opens while a check is asking Postgres is not taken for revoked', async () => {
+    // Checks every 5 ms on their own instance: sessions keep opening while a check's query is out.
+    const busy = await createRealtimeContext({
+      engine,
+      testDb: a.testDb,
+      overrides: { realtime: { revocationCheckMs: 5 } },
+    });
+    try {
+      const clients = [];
+      for (let i = 0; i < 40; i++) {
+        const { key } = await busy.issueKey('pro');
+        const c = await connect(busy.url, bearer(key));
+        await c.next('session.created');
+        c.ws.send(silence(100));
+        clients.push(c);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+      const closed = clients.filter((c) => c.ws.readyState !== c.ws.OPEN);
+      expect(await Promise.all(closed.map((c) => c.closed)), 'sessions closed').to.deep.equal([]);
+      for (const c of clients) c.ws.close(1000);
+      await Promise.all(clients.map((c) => c.closed));
+    } finally {
+      await busy.close();
+    }
+  });
 });
