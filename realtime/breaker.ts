@@ -5,6 +5,22 @@
  * half-open: calls pass; the first success closes it, the first failure re-opens it.
  * Per instance: each realtime process judges the upstream it reaches itself.
  */
+import { EngineBusyError } from '../shared/stt/types.js';
+
+/**
+ * Whether a failed transcription counts against the upstream. Engine failures count, waiting does
+ * not: our own timeout, and an engine that says it is behind (EngineBusyError: its decode limit
+ * passed on busy cores), measure queueing behind other sessions (overload, refused at admission),
+ * not a broken engine (the speech client's attempt timeouts report a hung one). A session that went
+ * away aborts its own requests, and an upstream that refuses one request (unsupported language:
+ * retryable=false) is up.
+ */
+export function countsAgainstUpstream(err: unknown, aborted: boolean): boolean {
+  return (
+    !aborted && (err as { retryable?: boolean }).retryable !== false && !(err instanceof EngineBusyError)
+  );
+}
+
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
 export class CircuitBreaker {

@@ -138,6 +138,8 @@ export function applySessionUpdate(
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;
   }
+  // A window the client chose is kept exactly: no earlier end at sentence ends.
+  if (src.vadSilenceMs != null || src.vad_silence_ms != null) next.sentenceEndSilenceMs = 0;
   if (next.maxSpeechMs > caps.maxSpeechMsCap)
     return bad('vadMaxSpeechMs', `must be <= ${caps.maxSpeechMsCap}`);
   if (next.targetSpeechMs > next.maxSpeechMs) next.targetSpeechMs = next.maxSpeechMs;

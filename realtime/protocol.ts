@@ -6,6 +6,7 @@
  * out.
  */
 import { PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
+import type { TranscriptWord } from '../shared/stt/types.js';
 
 export const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
@@ -186,21 +187,29 @@ export const events = {
     speech_duration_ms: speechMs,
   }),
 
+  /**
+   * A transcribed utterance's `completed`: word times moved by `at` seconds (where the utterance
+   * starts in the session's audio); `language` is the utterance's own when the engine names none.
+   */
   completed: (
     base: Record<string, unknown>,
-    o: {
-      text: string;
-      language: string;
-      latencyMs: number;
-      words: { word: string; start: number; end: number; confidence: number | undefined }[];
-    },
-  ): ServerEvent => ({
-    ...(base as ServerEvent),
-    text: o.text,
-    language: o.language,
-    latency_ms: o.latencyMs,
-    words: o.words,
-  }),
+    r: { text: string; language: string; words: TranscriptWord[] },
+    o: { at: number; latencyMs: number; language: string },
+  ): ServerEvent => {
+    const t = (x: number) => Math.max(0, Math.round((o.at + x) * 1000) / 1000);
+    return {
+      ...(base as ServerEvent),
+      text: r.text,
+      language: r.language || (o.language === 'auto' ? '' : o.language),
+      latency_ms: o.latencyMs,
+      words: r.words.map((w) => ({
+        word: w.word,
+        start: t(w.start),
+        end: t(w.end),
+        confidence: w.confidence,
+      })),
+    };
+  },
 
   /** The `error` that precedes a failed utterance's `completed`. */
   transcriptionFailed: (index: number, message: string, upstreamCode: string): ServerEvent => ({

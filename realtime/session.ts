@@ -87,6 +87,8 @@ export class RealtimeSession implements UtteranceHost {
       targetSpeechMs: Math.min(d.targetSpeechMs, d.maxSpeechMs),
       maxSpeechMs: Math.min(d.maxSpeechMs, deps.config.maxSpeechMsCap),
       smartSplitWindowMs: d.smartSplitWindowMs,
+      sentenceEndSilenceMs: d.sentenceEndSilenceMs,
+      sentenceEndThreshold: d.sentenceEndThreshold,
     };
     this.utterances = new UtteranceTracker(this, deps);
     this.closer = new SessionCloser({

@@ -15,7 +15,6 @@ import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
 import { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
 import {
-  EngineBusyError,
   type SpeechEngine,
   type SpeechStream,
   type StreamingUtterance,
@@ -25,7 +24,7 @@ import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { SegmenterEvent } from './vad/segmenter.js';
 import type { VadEvent, VadService, VadStream } from './vad/service.js';
 import type { SessionSettings } from './options.js';
-import type { CircuitBreaker } from './breaker.js';
+import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
 import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
 import {
@@ -224,6 +223,7 @@ export class UtteranceTracker {
       if (!this.dropping) this.streaming?.push(ev.pcm);
       return;
     }
+    if (ev.type === 'pause') return this.judgePause(ev.pause);
     this.vadOpen = ev.type === 'start';
     if (ev.type === 'start') {
       // The bound on utterances in flight (3.3) holds even when several start and stop within one
@@ -288,6 +288,23 @@ export class UtteranceTracker {
     }
   }
 
+  /**
+   * A short pause in the open utterance, which waits for the answer: it ends there when the engine
+   * reads the words so far as a finished sentence. Always answered (no: without a streaming decoder,
+   * or when the engine cannot say).
+   */
+  private judgePause(pause: number): void {
+    const vad = this.vad;
+    const streaming = this.streaming;
+    const threshold = this.host.settings.sentenceEndThreshold;
+    if (!vad) return;
+    if (!streaming?.sentenceEnd || this.dropping || threshold === undefined) return vad.verdict(pause, false);
+    streaming.sentenceEnd().then(
+      (p) => vad.verdict(pause, p >= threshold),
+      () => vad.verdict(pause, false),
+    );
+  }
+
   private transcribe(
     index: number,
     pcm: Buffer,
@@ -334,32 +351,13 @@ export class UtteranceTracker {
           const latency = this.host.now() - stoppedAt;
           // Word times on the session's audio (seconds from its first sample), as verbose_json gives them.
           const at = this.sessionSample(startMs) / PCM_SAMPLE_RATE;
-          const t = (x: number) => Math.max(0, Math.round((at + x) * 1000) / 1000);
-          this.host.emit(
-            events.completed(base, {
-              text: r.text,
-              language: r.language || (language === 'auto' ? '' : language),
-              latencyMs: Math.round(latency),
-              words: r.words.map((w) => ({
-                word: w.word,
-                start: t(w.start),
-                end: t(w.end),
-                confidence: w.confidence,
-              })),
-            }),
-          );
+          this.host.emit(events.completed(base, r, { at, latencyMs: Math.round(latency), language }));
           this.deps.onCompleted?.(latency, r.engineMs);
           this.deps.onUtterance?.('completed');
         },
         (err: unknown) => {
           const e = err as { code?: string; message?: string; retryable?: boolean };
-          // Engine failures count, waiting does not: our own timeout, and an engine that says it is behind
-          // (EngineBusyError: its decode limit passed on busy cores), measure queueing behind other sessions
-          // (overload, refused at admission), not a broken engine (the speech client's attempt timeouts
-          // report a hung one). A session that went away aborts its own requests, and an upstream that
-          // refuses one request (unsupported language: retryable=false) is up.
-          const counts = !abort.signal.aborted && e.retryable !== false && !(err instanceof EngineBusyError);
-          if (counts) this.deps.breaker.failure();
+          if (countsAgainstUpstream(err, abort.signal.aborted)) this.deps.breaker.failure();
           if (!this.settle(p)) return;
           this.deps.logger.warn(
             { err, sessionId: this.host.sessionId, index },

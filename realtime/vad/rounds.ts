@@ -24,6 +24,7 @@ export type StreamOp =
   | { op: 'open'; id: number; settings: SegmenterSettings; streamAudio?: boolean }
   | { op: 'push'; id: number; pcm: Buffer }
   | { op: 'flush'; id: number }
+  | { op: 'verdict'; id: number; pause: number; end: boolean }
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
 
@@ -86,7 +87,7 @@ export class SegmentationRounds {
     const blocked = new Set<number>();
     /** Applies operations in order until the segmenter blocks; the rest wait. */
     const apply = (id: number, st: Stream): void => {
-      while (st.waiting.length > 0 && !st.seg.blocked) {
+      while (st.waiting.length > 0 && !st.seg.blocked && !st.seg.judging) {
         const m = st.waiting.shift()!;
         switch (m.op) {
           case 'push':
@@ -105,6 +106,11 @@ export class SegmentationRounds {
         }
       }
       if (st.seg.blocked) blocked.add(id);
+      // A stream closed while it waits for a verdict gets none: it ends here.
+      if (st.seg.judging && st.waiting.some((o) => o.op === 'close')) {
+        st.seg.close();
+        this.streams.delete(id);
+      }
     };
     for (const m of ops) {
       if (m.op === 'open') {
@@ -117,7 +123,13 @@ export class SegmentationRounds {
         if (m.op === 'flush') emit(m.id, [{ type: 'flushed' }]);
         continue;
       }
-      st.waiting.push(m);
+      // The verdict a stream waits for does not queue behind the audio it holds back (a stream blocked
+      // on the model is not waiting for one: it would be a stale answer, ignored either way).
+      if (m.op === 'verdict') {
+        if (!blocked.has(m.id)) emit(m.id, st.seg.verdict(m.pause, m.end));
+      } else {
+        st.waiting.push(m);
+      }
       if (!blocked.has(m.id)) apply(m.id, st);
     }
     // Rounds: one model call for the waiting windows of all blocked streams.

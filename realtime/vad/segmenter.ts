@@ -1,8 +1,7 @@
 /**
  * Turns a PCM16LE 16 kHz stream into utterances. Audio is cut into 32 ms
- * windows; each window gets a speech flag from a classifier (silero), except
- * that while no speech is open a window below the energy gate is silence
- * without asking the model, so silent streams cost almost nothing.
+ * windows; each window gets a speech flag (speechFlags.ts: silero, with an
+ * energy gate so that silent streams cost almost nothing).
  *
  * Policy (all lengths are rounded to whole windows):
  * - an utterance opens once `minSpeechMs` of speech windows have been heard
@@ -10,6 +9,12 @@
  *   `prefixMs` of audio from before the onset;
  * - it ends after `silenceMs` of silence (reason `end_of_speech`), keeping at
  *   most `prefixMs` of that silence as trailing padding;
+ * - with `sentenceEndSilenceMs` (shorter than `silenceMs`) and `streamAudio`,
+ *   a pause that long is put to the owner (`pause` event, numbered): the
+ *   segmenter waits, queueing audio, until `verdict(n, end)` says whether the
+ *   utterance ends there (reason `end_of_speech`, e.g. the words so far read
+ *   as a finished sentence) or goes on. Waiting makes the cut depend on the
+ *   audio only, not on how fast it arrives or how fast the verdict comes;
  * - past `targetSpeechMs` it ends at the next short pause (reason
  *   `target_duration`);
  * - at `maxSpeechMs` it is cut hard (reason `max_duration`): at the quietest
@@ -27,13 +32,8 @@
  * and nothing past `maxSpeechMs - smartSplitWindowMs` (a hard cut may fall
  * there). The `audio` events of an utterance add up to its `stop` pcm.
  */
-import {
-  WINDOW_SAMPLES,
-  SAMPLE_RATE,
-  isDeferred,
-  type Classifier,
-  type DeferredClassifier,
-} from './silero.js';
+import { WINDOW_SAMPLES, SAMPLE_RATE } from './silero.js';
+import { SpeechFlags, WAIT } from './speechFlags.js';
 
 export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
 export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
@@ -45,14 +45,10 @@ import type { SegmenterSettings } from '../../shared/config/realtime.js';
 export type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
 import type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
 
-/** Fallback speech test when no model is available: this many dB above the gate. */
-const ENERGY_FALLBACK_MARGIN_DB = 15;
 /** A pause that ends an utterance past its target length. */
 const TARGET_PAUSE_MS = 160;
 
 const EMPTY = Buffer.alloc(0);
-/** classify(): the window waits for a batched model call. */
-const WAIT = Symbol('wait');
 const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
 
 interface Win {
@@ -69,9 +65,11 @@ export class Segmenter {
   private targetW = 0;
   private maxW = 0;
   private smartW = 0;
-  private readonly gateRms: number;
-  private readonly fallbackRms: number;
-  private readonly releaseAfterW: number;
+  /** Windows of silence after which a pause is announced (0: never). */
+  private sentenceEndW = 0;
+  /** Number of the last pause put to the owner, and the one awaiting its verdict (0: none). */
+  private pauseSeq = 0;
+  private judgingPause = 0;
   private readonly streamAudio: boolean;
   /** Windows of the open utterance already sent out in `audio` events. */
   private fed = 0;
@@ -79,7 +77,6 @@ export class Segmenter {
   private awaiting: Win | null = null;
 
   private remainder: Buffer = EMPTY;
-  private readonly scratch = new Float32Array(WINDOW_SAMPLES);
   /** Windows heard since the stream began (position clock). */
   private pos = 0;
   private prefix: Win[] = [];
@@ -90,29 +87,11 @@ export class Segmenter {
   private speechW = 0;
   private silenceRun = 0;
   private lastSpeechIdx = -1;
-  private classifier: Classifier | null = null;
-  private classifierThreshold = -1;
-  private gatedRun = 0;
-  private readonly holdRatio: number;
-  private readonly maxSkip: number;
-  private skipped = 0;
-  private lastModelSpeech = false;
-  /** Running estimate of the background level (RMS), from windows judged silent. */
-  private noiseFloor = 0;
-  /** Model invocations and windows seen, for measurements. */
-  modelCalls = 0;
-  windows = 0;
+  /** Speech flags per window (the model, its gate and hold). */
+  private readonly flags: SpeechFlags;
 
-  constructor(
-    settings: SegmenterSettings,
-    private readonly source: ClassifierSource | null,
-    opts: SegmenterOptions,
-  ) {
-    this.gateRms = Math.pow(10, opts.gateDbfs / 20);
-    this.fallbackRms = Math.pow(10, (opts.gateDbfs + ENERGY_FALLBACK_MARGIN_DB) / 20);
-    this.releaseAfterW = ms2w(opts.releaseAfterMs);
-    this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
-    this.maxSkip = opts.maxSkip ?? 0;
+  constructor(settings: SegmenterSettings, source: ClassifierSource | null, opts: SegmenterOptions) {
+    this.flags = new SpeechFlags(source, opts, WINDOW_MS);
     this.streamAudio = opts.streamAudio ?? false;
     this.configure(settings);
   }
@@ -127,7 +106,9 @@ export class Segmenter {
     this.maxW = Math.max(1, ms2w(s.maxSpeechMs));
     this.targetW = Math.min(this.maxW, Math.max(1, ms2w(s.targetSpeechMs)));
     this.smartW = Math.min(this.maxW - 1, ms2w(s.smartSplitWindowMs));
-    if (this.classifier && this.classifierThreshold !== s.threshold) this.dropClassifier();
+    const early = s.sentenceEndSilenceMs ? Math.max(1, ms2w(s.sentenceEndSilenceMs)) : 0;
+    this.sentenceEndW = early < this.silenceW ? early : 0;
+    this.flags.setThreshold(s.threshold);
   }
 
   get inSpeech(): boolean {
@@ -140,7 +121,7 @@ export class Segmenter {
   }
 
   get holdsModel(): boolean {
-    return this.classifier !== null;
+    return this.flags.holdsModel;
   }
 
   /**
@@ -158,7 +139,7 @@ export class Segmenter {
     // One copy per frame (the caller's buffer, a uWS ArrayBuffer, is only valid during the call);
     // windows are views into it.
     this.remainder = this.remainder.length > 0 ? Buffer.concat([this.remainder, pcm]) : Buffer.from(pcm);
-    if (!this.awaiting) this.advance(out);
+    if (!this.awaiting && !this.judgingPause) this.advance(out);
     return out;
   }
 
@@ -169,9 +150,9 @@ export class Segmenter {
     if (!w) return out;
     this.awaiting = null;
     // The classifier may have been handed back meanwhile only by close(); then nothing follows.
-    const c = this.classifier as DeferredClassifier | null;
-    if (!c) return out;
-    this.afterModel(w, c.take());
+    const speech = this.flags.answer(w.rms);
+    if (speech === null) return out;
+    w.speech = speech;
     this.afterClassify(w, out);
     this.advance(out);
     return out;
@@ -181,10 +162,10 @@ export class Segmenter {
   private advance(out: SegmenterEvent[]): void {
     const buf = this.remainder;
     let off = 0;
-    while (buf.length - off >= WINDOW_BYTES) {
+    while (!this.judgingPause && buf.length - off >= WINDOW_BYTES) {
       const pcm = buf.subarray(off, off + WINDOW_BYTES);
       off += WINDOW_BYTES;
-      const w: Win = { pcm, rms: this.rmsOf(pcm), speech: false };
+      const w: Win = { pcm, rms: this.flags.rmsOf(pcm), speech: false };
       const speech = this.classify(w);
       if (speech === WAIT) {
         this.awaiting = w;
@@ -197,6 +178,7 @@ export class Segmenter {
   }
 
   private assertNotBlocked(): void {
+    if (this.judgingPause) throw new Error('segmenter: a pause is waiting for its verdict');
     if (this.awaiting) throw new Error('segmenter: a window is waiting for the model (resume() first)');
   }
 
@@ -218,96 +200,54 @@ export class Segmenter {
     return out;
   }
 
+  /** A pause waits for its verdict (`verdict()`): audio is queued, `flush` and `configure` must wait. */
+  get judging(): boolean {
+    return this.judgingPause !== 0;
+  }
+
+  /**
+   * The owner's answer for pause `pause`: end the utterance there, or let it
+   * go on; then the queued audio is processed. An answer for any other pause
+   * is ignored.
+   */
+  verdict(pause: number, end: boolean): SegmenterEvent[] {
+    const out: SegmenterEvent[] = [];
+    if (pause !== this.judgingPause) return out;
+    this.judgingPause = 0;
+    if (end && this.open) this.finish('end_of_speech', this.paddedEnd(), out);
+    if (!this.awaiting) this.advance(out);
+    return out;
+  }
+
   /** Release the model (session closed). */
   close(): void {
     this.awaiting = null;
+    this.judgingPause = 0;
     this.remainder = EMPTY;
-    this.dropClassifier();
+    this.flags.release();
     this.cur = [];
     this.prefix = [];
   }
 
-  private dropClassifier(): void {
-    this.classifier?.release();
-    this.classifier = null;
-    this.classifierThreshold = -1;
-  }
-
-  /** RMS of the window (0..1) and its samples as floats in `scratch` for the model. */
-  private rmsOf(w: Buffer): number {
-    const n = WINDOW_SAMPLES;
-    const s = this.scratch;
-    let sum = 0;
-    if (w.byteOffset % 2 === 0) {
-      const x = new Int16Array(w.buffer, w.byteOffset, n);
-      for (let i = 0; i < n; i++) {
-        const v = x[i] / 32768;
-        s[i] = v;
-        sum += v * v;
-      }
-    } else {
-      for (let i = 0; i < n; i++) {
-        const v = w.readInt16LE(i * 2) / 32768;
-        s[i] = v;
-        sum += v * v;
-      }
-    }
-    return Math.sqrt(sum / n);
-  }
-
   private classify(w: Win): boolean | typeof WAIT {
-    this.windows++;
-    if (!this.settings.vad) return true;
-    const idle = !this.open && this.cur.length === 0;
-    if (idle && w.rms < this.gateRms) {
-      this.gatedRun++;
-      this.lastModelSpeech = false;
-      this.trackFloor(w.rms);
-      if (this.classifier && this.gatedRun >= this.releaseAfterW) this.dropClassifier();
-      return false;
-    }
-    this.gatedRun = 0;
-    if (
-      this.holdRatio > 0 &&
-      this.open &&
-      this.lastModelSpeech &&
-      this.skipped < this.maxSkip &&
-      w.rms >= Math.max(this.gateRms, this.noiseFloor) * this.holdRatio
-    ) {
-      this.skipped++;
+    if (!this.settings.vad) {
+      this.flags.windows++;
       return true;
     }
-    this.skipped = 0;
-    if (!this.classifier && this.source) {
-      this.classifier = this.source.acquire(this.settings.threshold);
-      this.classifierThreshold = this.settings.threshold;
-    }
-    let speech: boolean;
-    if (this.classifier) {
-      this.modelCalls++;
-      if (isDeferred(this.classifier)) {
-        if (!this.classifier.submit(this.scratch)) return WAIT;
-        speech = this.classifier.take();
-      } else {
-        speech = this.classifier.isSpeech(this.scratch);
-      }
-    } else {
-      speech = w.rms >= this.fallbackRms;
-    }
-    this.afterModel(w, speech);
-    return speech;
+    return this.flags.classify(w.rms, {
+      idle: !this.open && this.cur.length === 0,
+      open: this.open,
+      threshold: this.settings.threshold,
+    });
   }
 
-  private afterModel(w: Win, speech: boolean): void {
-    w.speech = speech;
-    this.lastModelSpeech = speech;
-    if (!speech) this.trackFloor(w.rms);
+  /** Model invocations and windows seen, for measurements. */
+  get modelCalls(): number {
+    return this.flags.modelCalls;
   }
 
-  private trackFloor(rms: number): void {
-    // Fast to fall, slow to rise: a floor, not an average.
-    this.noiseFloor =
-      this.noiseFloor === 0 || rms < this.noiseFloor ? rms : this.noiseFloor * 0.95 + rms * 0.05;
+  get windows(): number {
+    return this.flags.windows;
   }
 
   /** Adds a classified window to the current candidate or utterance, counting speech and the silence run. */
@@ -366,7 +306,13 @@ export class Segmenter {
       // Speech goes on: the rest opens the next utterance at once.
       this.announce(out);
     }
-    if (this.open) this.emitAudio(Math.min(this.paddedEnd(), this.maxW - this.smartW), out);
+    if (!this.open) return;
+    this.emitAudio(Math.min(this.paddedEnd(), this.maxW - this.smartW), out);
+    // After the audio: whoever judges the pause has been given all the speech before it.
+    if (this.streamAudio && this.sentenceEndW > 0 && this.silenceRun === this.sentenceEndW) {
+      this.judgingPause = ++this.pauseSeq;
+      out.push({ type: 'pause', pause: this.judgingPause });
+    }
   }
 
   /** `audio` event with the open utterance's windows up to `upTo` not yet sent. */

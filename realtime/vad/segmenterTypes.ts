@@ -6,6 +6,8 @@ export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 
 export type SegmenterEvent =
   | { type: 'start'; /** stream position of the utterance's first sample, ms */ audioStartMs: number }
   | { type: 'audio'; pcm: Buffer }
+  /** The open utterance has paused `sentenceEndSilenceMs`: the segmenter waits for `verdict(pause, end)`. */
+  | { type: 'pause'; pause: number }
   | {
       type: 'stop';
       reason: StopReason;

@@ -34,6 +34,16 @@ export interface SegmenterSettings {
   maxSpeechMs: number;
   /** The hard cut is placed at the quietest 32 ms window within this many ms before the limit (0 = cut exactly). */
   smartSplitWindowMs: number;
+  /**
+   * Sentence-end turn detection: a pause this long (shorter than `silenceMs`)
+   * is offered to the speech engine, which ends the utterance there when the
+   * words so far read as a finished sentence (`sentenceEndThreshold`); 0 or
+   * absent: only `silenceMs` ends speech. A client that sets `vadSilenceMs`
+   * turns it off (its window is kept exactly).
+   */
+  sentenceEndSilenceMs?: number;
+  /** Language-model probability of the sentence end above which such a pause ends the utterance. */
+  sentenceEndThreshold?: number;
 }
 
 export type VadDefaults = SegmenterSettings;
@@ -146,6 +156,8 @@ export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   targetSpeechMs: 15_000,
   maxSpeechMs: 30_000,
   smartSplitWindowMs: 2_000,
+  sentenceEndSilenceMs: 160,
+  sentenceEndThreshold: 0.1,
 };
 /** VAD cost controls (docs/realtime.md, "Server VAD"): gate, state pool, batching, speech hold. */
 export const VAD_TUNING = {

@@ -41,6 +41,8 @@ interface Lane {
   busy: number;
   streams: number;
   pending: Map<number, Pending>;
+  /** Sentence-end questions waiting for their answer. */
+  questions: Map<number, (probability: number) => void>;
 }
 
 export interface StreamingStats {
@@ -58,6 +60,7 @@ export class StreamingPool {
   private readonly lanes: Lane[] = [];
   private nextUtt = 1;
   private nextStream = 1;
+  private nextQuestion = 1;
   private closed = false;
   private fallbacks = 0;
 
@@ -105,11 +108,17 @@ export class StreamingPool {
       busy: 0,
       streams: this.lanes[index]?.streams ?? 0,
       pending: new Map(),
+      questions: new Map(),
     };
     this.lanes[index] = lane;
     worker.on('message', (m: FromStreamThread) => {
       if (m.type === 'ready') {
         lane.ready = true;
+        return;
+      }
+      if (m.type === 'sentenceEnd') {
+        lane.questions.get(m.req)?.(m.probability);
+        lane.questions.delete(m.req);
         return;
       }
       const p = lane.pending.get(m.utt);
@@ -125,6 +134,8 @@ export class StreamingPool {
       for (const p of lane.pending.values())
         p.reject(new SpeechError('The speech decoder stopped unexpectedly.', 'transcription_failed'));
       lane.pending.clear();
+      for (const answer of lane.questions.values()) answer(0);
+      lane.questions.clear();
       if (this.closed) return;
       this.log.error({ thread: index, code }, 'streaming speech thread exited; restarting');
       setTimeout(() => !this.closed && this.spawn(index, slots), RESTART_DELAY_MS).unref();
@@ -187,6 +198,13 @@ export class StreamingPool {
         bytes += copy.byteLength;
         this.post(lane, { type: 'feed', utt, pcm: copy }, [copy]);
       },
+      sentenceEnd: () =>
+        new Promise<number>((resolve) => {
+          if (state !== 'open' || lane.exited) return resolve(0);
+          const req = this.nextQuestion++;
+          lane.questions.set(req, resolve);
+          this.post(lane, { type: 'sentenceEnd', utt, req });
+        }),
       cancel: () => {
         if (state !== 'open') return;
         done();

@@ -90,6 +90,14 @@ export interface StreamingUtterance {
   finish(signal?: AbortSignal): Promise<TranscribeResult>;
   /** Abandons the utterance (its decoder goes back to the pool). */
   cancel(): void;
+  /**
+   * How likely the words decoded so far are a finished sentence: the
+   * language model's probability of the sentence end after the last two
+   * words of the partial hypothesis (0 with no words, or when the model
+   * knows no trigram for them). Lets a pause shorter than the silence
+   * window end the turn (docs/decisions/realtime.md).
+   */
+  sentenceEnd?(): Promise<number>;
 }
 
 export interface SpeechEngine {

@@ -55,10 +55,7 @@ describe('realtime words do not depend on how the audio arrives', function () {
       base64: a.base64,
       pace: a.pace,
     });
-    await c.waitFor((evs) => {
-      const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-    }, 120_000);
+    await c.finals(120_000);
     c.ws.close(1000);
     await c.closed;
     return c.of(COMPLETED).sort((x, y) => x.utterance_index - y.utterance_index);

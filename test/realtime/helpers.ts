@@ -206,6 +206,12 @@ export interface Client {
   next(type: string, timeoutMs?: number, from?: number): Promise<Record<string, any>>;
   waitFor(pred: (evs: Record<string, any>[]) => boolean, timeoutMs?: number): Promise<void>;
   of(type: string): Record<string, any>[];
+  /**
+   * Every utterance's final: each `speech_started` stopped, each `speech_stopped` answered by its
+   * `completed`, and nothing new for `quietMs`. (Audio sent faster than real time can still be held back by the VAD while a pause is
+   * judged on the words decoded so far, so more utterances may follow the first finals.)
+   */
+  finals(timeoutMs?: number, quietMs?: number): Promise<void>;
   send(obj: unknown): void;
   /** `base64`: as input_audio_buffer.append messages instead of binary frames. */
   stream(pcm: Buffer, o?: { frameBytes?: number; pace?: number; base64?: boolean }): Promise<void>;
@@ -259,6 +265,25 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
           waiters.add(check);
           check();
         });
+      },
+      async finals(timeoutMs = 120_000, quietMs = 1000) {
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          await client.waitFor(
+            (evs) => {
+              const started = evs.filter((e) => e.type === 'input_audio_buffer.speech_started').length;
+              const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
+              const done = evs.filter(
+                (e) => e.type === 'conversation.item.input_audio_transcription.completed',
+              ).length;
+              return stopped > 0 && started === stopped && done === stopped;
+            },
+            Math.max(1, deadline - Date.now()),
+          );
+          const seen = events.length;
+          await new Promise((r) => setTimeout(r, quietMs));
+          if (events.length === seen || closeInfo) return;
+        }
       },
       async next(type, timeoutMs = 20_000, from = 0) {
         await client.waitFor((evs) => evs.slice(from).some((e) => e.type === type), timeoutMs);

@@ -64,15 +64,28 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
     }
   }
 
-  /** Waits until every committed item has its completed (or failed) event. */
-  const allDone = (c: Client) =>
-    c.waitFor((evs) => {
-      const committed = evs.filter((e) => e.type === 'input_audio_buffer.committed').length;
-      const done = evs.filter(
-        (e) => e.type === COMPLETED || e.type === 'conversation.item.input_audio_transcription.failed',
-      ).length;
-      return committed > 0 && done === committed;
-    }, 200_000);
+  /**
+   * Waits until every turn that started has stopped, every committed item has its completed (or
+   * failed) event, and nothing new comes for a second (audio sent faster than real time may still be
+   * held back while a pause is judged).
+   */
+  const allDone = async (c: Client) => {
+    for (;;) {
+      await c.waitFor((evs) => {
+        const started = evs.filter((e) => e.type === 'input_audio_buffer.speech_started').length;
+        const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
+        if (started !== stopped) return false;
+        const committed = evs.filter((e) => e.type === 'input_audio_buffer.committed').length;
+        const done = evs.filter(
+          (e) => e.type === COMPLETED || e.type === 'conversation.item.input_audio_transcription.failed',
+        ).length;
+        return committed > 0 && done === committed;
+      }, 200_000);
+      const seen = c.events.length;
+      await new Promise((r) => setTimeout(r, 1000));
+      if (c.events.length === seen) return;
+    }
+  };
 
   const transcript = (c: Client) =>
     c
@@ -183,10 +196,7 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
     const n = await connect(ctx.url, bearer(key));
     await n.next('session.created');
     await n.stream(Buffer.concat([JFK16, Buffer.alloc(38400)]));
-    await n.waitFor((evs) => {
-      const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-    }, 200_000);
+    await n.finals(200_000);
     const native = n
       .of(COMPLETED)
       .sort((a, b) => a.utterance_index - b.utterance_index)

@@ -180,11 +180,82 @@ describe('realtime VAD segmenter policy', () => {
       for (const e of evs) {
         if (e.type === 'start') utterances.push({ streamed: [] });
         else if (e.type === 'audio') utterances.at(-1)!.streamed.push(e.pcm);
-        else Object.assign(utterances.at(-1)!, { stop: e.pcm, reason: e.reason });
+        else if (e.type === 'stop') Object.assign(utterances.at(-1)!, { stop: e.pcm, reason: e.reason });
       }
       expect(utterances.map((u) => u.reason)).to.deep.equal(['max_duration', 'end_of_speech', 'flush']);
       for (const u of utterances) expect(Buffer.concat(u.streamed).equals(u.stop!)).to.equal(true);
       expect(stops(evs).map((e) => e.pcm.length)).to.deep.equal(stops(reference).map((e) => e.pcm.length));
     }
+  });
+});
+
+describe('realtime VAD segmenter: sentence-end pauses', () => {
+  // A pause of 4 windows (128 ms) is put to the owner; 10 windows of silence end speech regardless.
+  const SETTINGS: SegmenterSettings = { ...BASE, sentenceEndSilenceMs: 128 };
+  const OPTS = { gateDbfs: -50, releaseAfterMs: 10_000, streamAudio: true };
+  const AUDIO = pcm('....' + 'S'.repeat(8) + 'qqqqqq' + 'S'.repeat(8) + 'q'.repeat(14));
+
+  /** Pushes `audio` in `frame`-byte pieces, answering each pause with `judge(n)`. */
+  function run(frame: number, judge: (pause: number) => boolean) {
+    const seg = new Segmenter(SETTINGS, new Loudness(), OPTS);
+    const evs: SegmenterEvent[] = [];
+    const take = (got: SegmenterEvent[]) => {
+      for (const e of got) {
+        evs.push(e);
+        if (e.type === 'pause') {
+          expect(seg.judging).to.equal(true);
+          take(seg.verdict(e.pause, judge(e.pause)));
+        }
+      }
+    };
+    for (let off = 0; off < AUDIO.length; off += frame) take(seg.push(AUDIO.subarray(off, off + frame)));
+    take(seg.flush());
+    return evs;
+  }
+
+  it('ends the utterance at a pause judged a sentence end, and only there', () => {
+    const evs = run(AUDIO.length, () => true);
+    expect(evs.filter((e) => e.type !== 'audio').map((e) => e.type)).to.deep.equal([
+      'start',
+      'pause',
+      'stop',
+      'start',
+      'pause',
+      'stop',
+    ]);
+    const [first, second] = stops(evs);
+    expect(first.reason).to.equal('end_of_speech');
+    // 3 prefix windows + 8 speech + 3 of the pause's 4 windows (trailing pad at most the prefix).
+    expect(first.pcm.length).to.equal(14 * WINDOW_BYTES);
+    expect(second.reason).to.equal('end_of_speech');
+  });
+
+  it('goes on through a pause judged mid-sentence; the silence window still ends it', () => {
+    const evs = run(AUDIO.length, () => false);
+    const [only, ...rest] = stops(evs);
+    expect(rest).to.deep.equal([]);
+    expect(only.reason).to.equal('end_of_speech');
+    // 3 prefix + 8 speech + 6 pause + 8 speech + 3 trailing pad.
+    expect(only.pcm.length).to.equal(28 * WINDOW_BYTES);
+  });
+
+  it('waits for the verdict, so the cut depends on the audio alone, not on how it arrives', () => {
+    // Audio that arrives while a pause waits is queued, not judged by a later window.
+    const seg = new Segmenter(SETTINGS, new Loudness(), OPTS);
+    const evs = seg.push(AUDIO);
+    expect(evs.at(-1)?.type).to.equal('pause');
+    expect(seg.push(pcm('SSSS'))).to.deep.equal([]);
+    expect(() => seg.flush()).to.throw(/verdict/);
+    expect(seg.verdict(99, true), 'an answer to another pause').to.deep.equal([]);
+    const reference = run(AUDIO.length, (n) => n === 1).filter((e) => e.type !== 'audio');
+    for (const frame of [2, 640, 3 * WINDOW_BYTES, 4096])
+      expect(run(frame, (n) => n === 1).filter((e) => e.type !== 'audio')).to.deep.equal(reference);
+  });
+
+  it('puts no pause to an owner without a streaming decoder, and none a window as long as the silence window', () => {
+    const plain = new Segmenter(SETTINGS, new Loudness(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+    expect(plain.push(AUDIO).map((e) => e.type)).to.deep.equal(['start', 'stop']);
+    const long = new Segmenter({ ...SETTINGS, sentenceEndSilenceMs: 320 }, new Loudness(), OPTS);
+    expect(long.push(AUDIO).filter((e) => e.type === 'pause')).to.deep.equal([]);
   });
 });

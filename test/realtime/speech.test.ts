@@ -98,10 +98,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     await c.next('session.updated');
     const before = engine.seen.length;
     await c.stream(Buffer.concat([silence(300), readPcm(file), silence(900)]), { pace });
-    await c.waitFor((evs) => {
-      const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-    }, 60_000);
+    await c.finals(60_000);
     c.ws.close(1000);
     await c.closed;
     const done = c.of(COMPLETED).sort((a, b) => a.utterance_index - b.utterance_index);
@@ -185,10 +182,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
         const cl = await connect(c.url, bearer(key));
         await cl.next('session.created');
         await cl.stream(Buffer.concat([readPcm('jfk.wav'), silence(1000)]), { pace: 8 });
-        await cl.waitFor((evs) => {
-          const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-          return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-        }, 60_000);
+        await cl.finals(60_000);
         cl.ws.close(1000);
         return cl
           .of('input_audio_buffer.speech_stopped')

@@ -60,10 +60,7 @@ describe('realtime streaming decoding (built-in engine)', function () {
     const cl = await connect(c.url, bearer(key));
     await cl.next('session.created');
     await cl.stream(Buffer.concat([silence(300), readPcm(file), silence(900)]), how);
-    await cl.waitFor((evs) => {
-      const stopped = evs.filter((e) => e.type === STOPPED).length;
-      return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-    }, 240_000);
+    await cl.finals(240_000);
     cl.ws.close(1000);
     await cl.closed;
     const done = cl.of(COMPLETED);

@@ -26,6 +26,24 @@ describe('unit: session.update options', () => {
     expect(r.languageChanged).to.equal(true);
   });
 
+  it('a silence window the client sets is kept exactly: sentence-end pauses go off', () => {
+    expect(base.sentenceEndSilenceMs, 'on by default').to.be.greaterThan(0);
+    for (const msg of [
+      { vad_silence_ms: 700 },
+      { vadSilenceMs: 500 },
+      { session: { vad_silence_ms: 300 } },
+    ]) {
+      const r = update(msg);
+      expect(r.ok && r.settings.sentenceEndSilenceMs, JSON.stringify(msg)).to.equal(0);
+    }
+    for (const msg of [{ vad_silence_ms: null }, { vad_threshold: 0.6 }]) {
+      const r = update(msg);
+      expect(r.ok && r.settings.sentenceEndSilenceMs, JSON.stringify(msg)).to.equal(
+        base.sentenceEndSilenceMs,
+      );
+    }
+  });
+
   it('rejects a wrong type or an out-of-range number and names the field', () => {
     const cases: [Record<string, unknown>, string][] = [
       [{ vad: 'yes' }, 'session.update: vad must be a boolean'],

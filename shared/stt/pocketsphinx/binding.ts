@@ -35,6 +35,11 @@ export interface Binding {
   fe_process_frames: Fn;
   fe_end_utt: Fn;
   ckd_free_2d: Fn;
+  ps_get_hyp: Fn;
+  ps_get_search: Fn;
+  ps_get_lm: Fn;
+  ngram_wid: Fn;
+  ngram_ng_prob: Fn;
 }
 
 let binding: Binding | undefined;
@@ -83,6 +88,14 @@ export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: str
     ),
     fe_end_utt: sb.func('int fe_end_utt(void *fe, void *out_cepvector, _Out_ int *out_nframes)'),
     ckd_free_2d: sb.func('void ckd_free_2d(void *ptr)'),
+    ps_get_hyp: ps.func('const char *ps_get_hyp(void *ps, _Out_ int *score)'),
+    ps_get_search: ps.func('const char *ps_get_search(void *ps)'),
+    ps_get_lm: ps.func('void *ps_get_lm(void *ps, const char *name)'),
+    ngram_wid: sb.func('int ngram_wid(void *model, const char *word)'),
+    // history: the preceding words' ids, most recent first.
+    ngram_ng_prob: sb.func(
+      'int ngram_ng_prob(void *model, int wid, const int *history, int n_hist, _Out_ int *n_used)',
+    ),
   };
   // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init
   // fopen a new one and fclose the previous, so decoders starting or stopping in several threads at

@@ -142,13 +142,24 @@ export class CmnNormaliser {
   }
 
   /**
+   * The search is wanted up to the last frame now (a pause is being judged on
+   * the words so far): during the bootstrap, the frames still waiting their
+   * lookahead go to the search at once, as `provisional` would send them.
+   */
+  catchUp(): CmnOutput {
+    const out: CmnOutput = { restart: false, frames: [] };
+    if (!this.estimate.ready && this.raw.length > this.searched) this.provisional(out, 0);
+    return out;
+  }
+
+  /**
    * Bootstrap: frames that waited `lookaheadFrames` go to the search with the
    * provisional estimate; when the session's estimate has moved too far from
    * it, the search starts over with the newer one.
    */
-  private provisional(out: CmnOutput): void {
+  private provisional(out: CmnOutput, lookahead = Math.max(0, this.s.lookaheadFrames)): void {
     const waiting = this.raw.length - this.searched;
-    if (waiting <= Math.max(0, this.s.lookaheadFrames)) return;
+    if (waiting <= lookahead) return;
     const mean = this.provisionalMean();
     if (!this.used) {
       this.used = mean;
@@ -161,7 +172,7 @@ export class CmnNormaliser {
       this.used = mean;
       this.searchStart = this.raw.length;
     }
-    const upTo = this.raw.length - Math.max(0, this.s.lookaheadFrames);
+    const upTo = this.raw.length - lookahead;
     for (; this.searched < upTo; this.searched++)
       out.frames.push(this.normalised(this.raw[this.searched], this.used));
   }

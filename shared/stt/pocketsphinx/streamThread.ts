@@ -20,6 +20,8 @@ export type ToStreamThread =
   | { type: 'begin'; utt: number; stream: number }
   | { type: 'feed'; utt: number; pcm: ArrayBuffer }
   | { type: 'end'; utt: number }
+  /** How likely the words so far end a sentence (answered with `sentenceEnd`). */
+  | { type: 'sentenceEnd'; utt: number; req: number }
   | { type: 'cancel'; utt: number }
   | { type: 'forget'; stream: number }
   | { type: 'close' };
@@ -27,7 +29,8 @@ export type ToStreamThread =
 export type FromStreamThread =
   | { type: 'ready'; initMs: number }
   | { type: 'result'; utt: number; words: RecognizedWord[]; decodeMs: number }
-  | { type: 'failed'; utt: number; message: string };
+  | { type: 'failed'; utt: number; message: string }
+  | { type: 'sentenceEnd'; req: number; probability: number };
 
 const port = parentPort!;
 const opts = workerData as StreamThreadData;
@@ -116,6 +119,16 @@ port.on('message', (m: ToStreamThread) => {
           message: (err as Error).message,
         } satisfies FromStreamThread);
       }
+      return;
+    }
+    case 'sentenceEnd': {
+      let probability = 0;
+      try {
+        probability = open.get(m.utt)?.sentenceEnd() ?? 0;
+      } catch {
+        // A decoder that cannot say keeps the silence window.
+      }
+      port.postMessage({ type: 'sentenceEnd', req: m.req, probability } satisfies FromStreamThread);
       return;
     }
     case 'cancel':

@@ -6,7 +6,8 @@
  * same files (sox runs in repeatable mode), so the committed corpus can be
  * checked against its recipe.
  *
- *   npx tsx test/audio/corpus/generate.ts        # needs flite, espeak-ng, sox, ffmpeg
+ *   npx tsx test/audio/corpus/generate.ts          # needs flite, espeak-ng, sox, ffmpeg
+ *   npx tsx test/audio/corpus/generate.ts --turns  # only turns/ (see turns() below)
  *
  * Writes:
  * - `short/*.flac`: 48 clips, 16 kHz mono, 2-3 sentences each, six voices (five flite, one espeak-ng),
@@ -231,4 +232,47 @@ function main(): void {
   console.log(`corpus: ${rows.length - 1} files in ${HERE}`);
 }
 
-main();
+/**
+ * `turns/*.flac` and `turns.tsv` (`--turns`): each clip is one sentence
+ * spoken in two halves with a short pause inside it (after a word the
+ * sentence plainly goes on from), then a longer pause and a second sentence.
+ * End-of-turn detection must not end the turn at the pause inside the
+ * sentence and should end it soon after the sentence. The halves are
+ * synthesized separately, so each ends as a phrase does.
+ */
+function turns(): void {
+  const lines = fs.readFileSync(path.join(HERE, 'turns.txt'), 'utf8').trim().split('\n');
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'corpus-turns-'));
+  const dir = path.join(HERE, 'turns');
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir);
+  const rows = ['file\tvoice\tinner_pause\treference\tspeech'];
+  const voices = VOICES.filter((v) => v.id !== 'flite-kal');
+  const innerPauses = [0.35, 0.45, 0.3, 0.4];
+  lines.forEach((line, n) => {
+    const [first, second] = line.split('\t');
+    const [head, tail] = first.split(' | ');
+    const voice = voices[n % voices.length];
+    const tempo = TEMPOS[n % TEMPOS.length];
+    const texts = [head, tail, second];
+    const parts = texts.map((text, i) => ({ text, file: sentence(tmp, voice, text, tempo, `t${i}`) }));
+    const inner = innerPauses[n % innerPauses.length];
+    const name = `turns/${String(n).padStart(2, '0')}-${voice.id}.flac`;
+    const pieces = assemble(tmp, path.join(HERE, name), parts, 0.3, [inner, 1.2], n % 3 === 2 ? -50 : null);
+    rows.push(
+      [
+        name,
+        voice.id,
+        inner,
+        texts.join(' '),
+        pieces.map((p) => `${p.start.toFixed(3)}-${p.end.toFixed(3)}`).join(' '),
+      ].join('\t'),
+    );
+  });
+  fs.writeFileSync(path.join(HERE, 'turns.tsv'), rows.join('\n') + '\n');
+  fs.rmSync(tmp, { recursive: true, force: true });
+  console.log(`corpus: ${rows.length - 1} turn clips in ${dir}`);
+}
+
+if (process.argv.includes('--turns')) turns();
+else main();

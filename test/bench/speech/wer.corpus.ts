@@ -41,6 +41,8 @@ const LATENCY_CLIPS = Number(arg('latency', '12'));
 const STREAMS = Number(arg('streams', '4'));
 const SILENCES = arg('silence', '500,300').split(',').map(Number);
 const LONG = process.argv.includes('--long');
+/** Only the end-of-speech-to-final measurement (no planes, no report tables). */
+const LATENCY_ONLY = process.argv.includes('--latency-only');
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const clips = loadCorpus('short');
 const nWords = (c: CorpusClip) => c.reference.split(' ').length;
@@ -54,7 +56,7 @@ interface PlaneResult {
 const app = await startSpeechApp({ STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '120000' });
 const { key: apiKey } = await app.issueKey('pro');
 const segment: PlaneResult = { texts: [], words: [] };
-for (const c of clips) {
+for (const c of LATENCY_ONLY ? [] : clips) {
   const r = await postClip(app.url, apiKey, fs.readFileSync(c.path), { response_format: 'verbose_json' });
   if (r.status !== 200) throw new Error(`segment endpoint answered ${r.status} for ${c.file}: ${r.body}`);
   const body = JSON.parse(r.body) as { text: string; words: TimedWord[] };
@@ -89,10 +91,10 @@ async function stream(
   const t0 = performance.now();
   await cl.stream(pcm, { pace: o.pace, frameBytes: o.frameMs * 32 });
   if (o.pace > 0) for (const e of ends) sentAt.push(t0 + e / 32 / o.pace);
-  await cl.waitFor((evs) => {
-    const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-    return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-  }, 120_000);
+  await cl.finals(120_000).catch((err) => {
+    console.error(`${c.file}: ${err}\n${ctx.logs.lines.slice(-20).join('\n')}`);
+    throw err;
+  });
   cl.ws.close(1000);
   await cl.closed;
   const done = cl.of(COMPLETED).sort((a, b) => a.utterance_index - b.utterance_index);
@@ -124,7 +126,7 @@ async function stream(
 const ctx = await createRealtimeContext({ engine });
 const realtime: PlaneResult = { texts: [], words: [] };
 const realtimeLead: PlaneResult = { texts: [], words: [] };
-for (const c of clips) {
+for (const c of LATENCY_ONLY ? [] : clips) {
   const r = await stream(ctx, c, { leadMs: 0, pace: 0, frameMs: 100 });
   realtime.texts.push(r.text);
   realtime.words.push(r.words);
@@ -178,7 +180,7 @@ async function batchText(pcm: Buffer): Promise<{ text: string; words: TimedWord[
   return { text: words.map((w) => w.word).join(' '), words };
 }
 const batch: PlaneResult = { texts: [], words: [] };
-for (const c of clips) {
+for (const c of LATENCY_ONLY ? [] : clips) {
   const r = await batchText(corpusPcm(c));
   batch.texts.push(r.text);
   batch.words.push(r.words);
@@ -246,28 +248,30 @@ const conditions: [string, (c: CorpusClip) => boolean][] = [
   ['tempo 1.0', (c) => c.tempo === 1],
   ['tempo 1.1', (c) => c.tempo === 1.1],
 ];
-console.log(`corpus: ${clips.length} clips, ${clips.reduce((n, c) => n + nWords(c), 0)} words\n`);
-console.log(`| condition | ${planes.map(([n]) => n).join(' | ')} |`);
-console.log(`|---|${planes.map(() => '---').join('|')}|`);
-for (const [name, pick] of conditions)
-  console.log(`| ${name} | ${planes.map(([, p]) => `${fmt(rate(p, pick))}%`).join(' | ')} |`);
+if (!LATENCY_ONLY) {
+  console.log(`corpus: ${clips.length} clips, ${clips.reduce((n, c) => n + nWords(c), 0)} words\n`);
+  console.log(`| condition | ${planes.map(([n]) => n).join(' | ')} |`);
+  console.log(`|---|${planes.map(() => '---').join('|')}|`);
+  for (const [name, pick] of conditions)
+    console.log(`| ${name} | ${planes.map(([, p]) => `${fmt(rate(p, pick))}%`).join(' | ')} |`);
 
-console.log(
-  `\n| plane | worst clip vs segment | clips > +5 points | word starts: p50 | p95 | words outside speech (> 0.15 s) |`,
-);
-console.log('|---|---|---|---|---|---|');
-for (const [name, p] of planes) {
-  const excess = clips.map((c, i) => wer(c.reference, p.texts[i]) - wer(c.reference, segment.texts[i]));
-  const starts: number[] = [];
-  let outside = 0;
-  clips.forEach((c, i) => {
-    const t = timing(c, p.words[i]);
-    starts.push(...t.startErrors);
-    outside += t.outside.length;
-  });
   console.log(
-    `| ${name} | +${fmt(100 * Math.max(...excess))} | ${excess.filter((x) => x > 0.05).length} | ${fmt(percentile(starts, 50), 3)} s | ${fmt(percentile(starts, 95), 3)} s | ${outside} |`,
+    `\n| plane | worst clip vs segment | clips > +5 points | word starts: p50 | p95 | words outside speech (> 0.15 s) |`,
   );
+  console.log('|---|---|---|---|---|---|');
+  for (const [name, p] of planes) {
+    const excess = clips.map((c, i) => wer(c.reference, p.texts[i]) - wer(c.reference, segment.texts[i]));
+    const starts: number[] = [];
+    let outside = 0;
+    clips.forEach((c, i) => {
+      const t = timing(c, p.words[i]);
+      starts.push(...t.startErrors);
+      outside += t.outside.length;
+    });
+    console.log(
+      `| ${name} | +${fmt(100 * Math.max(...excess))} | ${excess.filter((x) => x > 0.05).length} | ${fmt(percentile(starts, 50), 3)} s | ${fmt(percentile(starts, 95), 3)} s | ${outside} |`,
+    );
+  }
 }
 console.log(
   `\nEnd of speech -> final (realtime, real-time pace, 20 ms frames, ${latencyClips.length} clips; silence window = VAD silence_ms)`,
