@@ -9,7 +9,8 @@
  * same audio decoded in the largest pieces.
  *
  *   npm run bench:wer                     # every short clip; realtime fast, latency on --latency clips
- *   npm run bench:wer -- --latency=12 --streams=4 --silence=500,300 --long
+ *   npm run bench:wer -- --latency=8 --streams=4 --silence=0,500 --long   # 0: the default turn end
+ *   npm run bench:wer -- --latency=8 --silence=0,500 --latency-only     # only end of speech to final
  *
  * Planes: segment = the segment endpoint (whole clip, FLAC upload);
  * realtime = a realtime server with the built-in engine's streaming form
@@ -157,7 +158,7 @@ for (const silenceMs of SILENCES) {
   const words = latencyClips.reduce((n, c) => n + nWords(c), 0);
   const err = latencyClips.reduce((e, c, i) => e + wer(c.reference, texts[i]) * nWords(c), 0);
   latencyRows.push(
-    `| ${silenceMs} ms | ${fmt(percentile(one, 50), 0)} ms | ${fmt(percentile(one, 95), 0)} ms | ${STREAMS}: ${fmt(percentile(many, 50), 0)} ms | ${fmt(percentile(many, 95), 0)} ms | ${fmt((100 * err) / words)}% |`,
+    `| ${silenceMs ? `${silenceMs} ms` : 'default (sentence end)'} | ${fmt(percentile(one, 50), 0)} ms | ${fmt(percentile(one, 95), 0)} ms | ${STREAMS}: ${fmt(percentile(many, 50), 0)} ms | ${fmt(percentile(many, 95), 0)} ms | ${fmt((100 * err) / words)}% |`,
   );
 }
 await ctx.close();
