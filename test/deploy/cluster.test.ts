@@ -53,7 +53,6 @@ const tmpRoot = () => {
 };
 const LEASE_TTL_MS = 3000;
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
-const STOPPED = 'input_audio_buffer.speech_stopped';
 /** 3 s of speech: transcribed in time even when the shared machine's cores are busy. */
 const SHORT_CLIP = 'librivox-austen-0880.wav';
 
@@ -200,10 +199,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     const speech = Buffer.concat([silence(300), readPcm('jfk.wav'), silence(900)]);
     await Promise.all(sessions.map((s) => s.stream(speech, { pace: 2, frameBytes: 3200 })));
     for (const s of sessions) {
-      await s.waitFor((evs) => {
-        const stopped = evs.filter((e) => e.type === STOPPED).length;
-        return stopped > 0 && evs.filter((e) => e.type === COMPLETED).length === stopped;
-      }, 90_000);
+      await s.finals(90_000);
       s.ws.close(1000);
       await s.closed;
       const done = s.of(COMPLETED).sort((a, b) => a.utterance_index - b.utterance_index);

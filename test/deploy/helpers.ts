@@ -115,10 +115,7 @@ export async function realtimeUtteranceText(wsUrl: string, key: string): Promise
   const s = await connect(wsUrl, bearer(key));
   await s.next('session.created');
   await s.stream(Buffer.concat([silence(300), readPcm('jfk.wav'), silence(1200)]), { pace: 4 });
-  await s.waitFor((evs) => {
-    const done = evs.filter((e) => e.type === COMPLETED).length;
-    return done > 0 && done === evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-  }, 60_000);
+  await s.finals(60_000);
   s.ws.close(1000);
   await s.closed;
   return s
