@@ -168,10 +168,21 @@ describe('RealtimeSession through a fake transport (real VAD, real engine)', fun
       const piece = pcm.subarray(off, off + 3200);
       s.onBinary(piece.buffer.slice(piece.byteOffset, piece.byteOffset + piece.length) as ArrayBuffer);
     }
-    await until(() => {
-      const stopped = t.of('input_audio_buffer.speech_stopped').length;
-      return stopped > 0 && t.of(COMPLETED).length === stopped && s.inFlight.utterances === 0;
-    });
+    // Every turn stopped and answered, and nothing new for a second (turns are judged at the decoder's pace).
+    for (let seen = -1; seen !== t.sent.length;) {
+      await until(() => {
+        const started = t.of('input_audio_buffer.speech_started').length;
+        const stopped = t.of('input_audio_buffer.speech_stopped').length;
+        return (
+          stopped > 0 &&
+          started === stopped &&
+          t.of(COMPLETED).length === stopped &&
+          s.inFlight.utterances === 0
+        );
+      });
+      seen = t.sent.length;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
     const idx = t.of('input_audio_buffer.speech_started').map((e) => e.utterance_index);
     expect(idx).to.deep.equal(idx.map((_, k) => k));
     for (const i of idx) {
