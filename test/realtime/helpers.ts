@@ -211,10 +211,21 @@ export interface Client {
    * `completed`, and nothing new for `quietMs`. (Audio sent faster than real time can still be held back by the VAD while a pause is
    * judged on the words decoded so far, so more utterances may follow the first finals.)
    */
-  finals(timeoutMs?: number, quietMs?: number): Promise<void>;
+  finals(timeoutMs?: number, quietMs?: number, done?: (evs: Record<string, any>[]) => boolean): Promise<void>;
   send(obj: unknown): void;
   /** `base64`: as input_audio_buffer.append messages instead of binary frames. */
   stream(pcm: Buffer, o?: { frameBytes?: number; pace?: number; base64?: boolean }): Promise<void>;
+}
+
+/** Every turn that started has stopped, and every stopped turn has its `completed`. */
+function everyTurnAnswered(evs: Record<string, any>[]): boolean {
+  const count = (type: string) => evs.filter((e) => e.type === type).length;
+  const stopped = count('input_audio_buffer.speech_stopped');
+  return (
+    stopped > 0 &&
+    count('input_audio_buffer.speech_started') === stopped &&
+    count('conversation.item.input_audio_transcription.completed') === stopped
+  );
 }
 
 export function connect(url: string, opts: { headers?: Record<string, string> } = {}): Promise<Client> {
@@ -266,20 +277,10 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
           check();
         });
       },
-      async finals(timeoutMs = 120_000, quietMs = 1000) {
+      async finals(timeoutMs = 120_000, quietMs = 1000, done = everyTurnAnswered) {
         const deadline = Date.now() + timeoutMs;
         for (;;) {
-          await client.waitFor(
-            (evs) => {
-              const started = evs.filter((e) => e.type === 'input_audio_buffer.speech_started').length;
-              const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-              const done = evs.filter(
-                (e) => e.type === 'conversation.item.input_audio_transcription.completed',
-              ).length;
-              return stopped > 0 && started === stopped && done === stopped;
-            },
-            Math.max(1, deadline - Date.now()),
-          );
+          await client.waitFor(done, Math.max(1, deadline - Date.now()));
           const seen = events.length;
           await new Promise((r) => setTimeout(r, quietMs));
           if (events.length === seen || closeInfo) return;

@@ -69,23 +69,16 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
    * failed) event, and nothing new comes for a second (audio sent faster than real time may still be
    * held back while a pause is judged).
    */
-  const allDone = async (c: Client) => {
-    for (;;) {
-      await c.waitFor((evs) => {
-        const started = evs.filter((e) => e.type === 'input_audio_buffer.speech_started').length;
-        const stopped = evs.filter((e) => e.type === 'input_audio_buffer.speech_stopped').length;
-        if (started !== stopped) return false;
-        const committed = evs.filter((e) => e.type === 'input_audio_buffer.committed').length;
-        const done = evs.filter(
-          (e) => e.type === COMPLETED || e.type === 'conversation.item.input_audio_transcription.failed',
-        ).length;
-        return committed > 0 && done === committed;
-      }, 200_000);
-      const seen = c.events.length;
-      await new Promise((r) => setTimeout(r, 1000));
-      if (c.events.length === seen) return;
-    }
-  };
+  const allDone = (c: Client) =>
+    c.finals(200_000, 1000, (evs) => {
+      const count = (type: string) => evs.filter((e) => e.type === type).length;
+      const committed = count('input_audio_buffer.committed');
+      return (
+        count('input_audio_buffer.speech_started') === count('input_audio_buffer.speech_stopped') &&
+        committed > 0 &&
+        count(COMPLETED) + count('conversation.item.input_audio_transcription.failed') === committed
+      );
+    });
 
   const transcript = (c: Client) =>
     c
