@@ -85,7 +85,7 @@ export const isGraceful = (code: number): boolean =>
   code === 1008 || code === 4408 || code === 1000 || code === 1001;
 
 export interface CloseHooks {
-  /** Ends the open utterance (a VAD flush); may itself end the session. */
+  /** Ends the open utterance (a VAD flush that does not wait for pause verdicts); may itself end the session. */
   flush(): void;
   /** Nothing in flight: no utterance awaiting the engine, no flush awaiting the VAD. */
   idle(): boolean;

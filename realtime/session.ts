@@ -92,7 +92,7 @@ export class RealtimeSession implements UtteranceHost {
     };
     this.utterances = new UtteranceTracker(this, deps);
     this.closer = new SessionCloser({
-      flush: () => this.utterances.flush(),
+      flush: () => this.utterances.flush('flush', true),
       idle: () => this.utterances.idle,
       finalize: (code, reason) => {
         this.utterances.failAll(code, reason);

@@ -129,15 +129,16 @@ export class UtteranceTracker {
    * Ends the open utterance now (reason `flush`). A `commit` that ends none is reported
    * (`input_audio_buffer.commit_empty`, an event only the OpenAI dialect presents); a `discard`
    * drops the utterance it ends without a transcript (OpenAI's `input_audio_buffer.clear`).
+   * `closing`: the session's own close (a drain), which does not wait for pause verdicts.
    */
-  flush(purpose: FlushPurpose = 'flush'): void {
+  flush(purpose: FlushPurpose = 'flush', closing = false): void {
     if (!this.vad) {
       if (purpose === 'commit') this.host.emit({ type: COMMIT_EMPTY });
       return;
     }
     this.flushing++;
     this.flushes.push({ purpose, ended: false });
-    this.vad.flush();
+    this.vad.flush(closing);
   }
 
   /** Audio the session took (16 kHz PCM16LE). */

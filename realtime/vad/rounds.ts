@@ -23,7 +23,7 @@ export type VadEvent = SegmenterEvent | { type: 'flushed' };
 export type StreamOp =
   | { op: 'open'; id: number; settings: SegmenterSettings; streamAudio?: boolean }
   | { op: 'push'; id: number; pcm: Buffer }
-  | { op: 'flush'; id: number }
+  | { op: 'flush'; id: number; closing?: boolean }
   | { op: 'verdict'; id: number; pause: number; end: boolean }
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
@@ -87,6 +87,9 @@ export class SegmentationRounds {
     const blocked = new Set<number>();
     /** Applies operations in order until the segmenter blocks; the rest wait. */
     const apply = (id: number, st: Stream): void => {
+      // A closing session's flush does not wait for pause verdicts (its drain window is running).
+      if (!st.seg.blocked && st.waiting.some((o) => o.op === 'flush' && o.closing))
+        emit(id, st.seg.flushWaiting());
       while (st.waiting.length > 0 && !st.seg.blocked && !st.seg.judging) {
         const m = st.waiting.shift()!;
         switch (m.op) {

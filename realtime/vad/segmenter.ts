@@ -70,6 +70,8 @@ export class Segmenter {
   /** Number of the last pause put to the owner, and the one awaiting its verdict (0: none). */
   private pauseSeq = 0;
   private judgingPause = 0;
+  /** A flush waits behind the queued audio: no pause is put to the owner until it is applied. */
+  private pausesHeld = false;
   private readonly streamAudio: boolean;
   /** Windows of the open utterance already sent out in `audio` events. */
   private fed = 0;
@@ -184,6 +186,7 @@ export class Segmenter {
 
   flush(): SegmenterEvent[] {
     this.assertNotBlocked();
+    this.pausesHeld = false;
     const out: SegmenterEvent[] = [];
     const tail = this.remainder;
     this.remainder = EMPTY;
@@ -217,6 +220,17 @@ export class Segmenter {
     if (end && this.open) this.finish('end_of_speech', this.paddedEnd(), out);
     if (!this.awaiting) this.advance(out);
     return out;
+  }
+
+  /**
+   * A closing session's flush is queued behind audio (rounds.ts): it ends the utterance with
+   * everything received before it without waiting for the verdict of the pause being judged (that
+   * pause goes on) or for pauses in the audio ahead of it, which are not put until the flush. A
+   * client's flush does wait, so its cuts depend on the audio alone.
+   */
+  flushWaiting(): SegmenterEvent[] {
+    this.pausesHeld = true;
+    return this.judgingPause ? this.verdict(this.judgingPause, false) : [];
   }
 
   /** Release the model (session closed). */
@@ -309,7 +323,12 @@ export class Segmenter {
     if (!this.open) return;
     this.emitAudio(Math.min(this.paddedEnd(), this.maxW - this.smartW), out);
     // After the audio: whoever judges the pause has been given all the speech before it.
-    if (this.streamAudio && this.sentenceEndW > 0 && this.silenceRun === this.sentenceEndW) {
+    if (
+      this.streamAudio &&
+      this.sentenceEndW > 0 &&
+      this.silenceRun === this.sentenceEndW &&
+      !this.pausesHeld
+    ) {
       this.judgingPause = ++this.pauseSeq;
       out.push({ type: 'pause', pause: this.judgingPause });
     }

@@ -26,7 +26,8 @@ export type { VadEvent };
 
 export interface VadStream {
   push(pcm: Buffer): void;
-  flush(): void;
+  /** `closing`: the session is closing (a drain): the flush does not wait for pause verdicts. */
+  flush(closing?: boolean): void;
   /** Answers a `pause` event: end the utterance there or go on (Segmenter.verdict); the stream waits for it. */
   verdict(pause: number, end: boolean): void;
   configure(settings: SegmenterSettings): void;
@@ -114,7 +115,7 @@ export class InlineVad implements VadService {
     return {
       // Copied now (the caller's bytes, a uWS ArrayBuffer, are only valid during its callback).
       push: (pcm) => !closed && this.rounds.add({ op: 'push', id, pcm: Buffer.from(pcm) }),
-      flush: () => !closed && this.rounds.add({ op: 'flush', id }),
+      flush: (closing) => !closed && this.rounds.add({ op: 'flush', id, closing }),
       verdict: (pause, end) => !closed && this.rounds.add({ op: 'verdict', id, pause, end }),
       configure: (s) => !closed && this.rounds.add({ op: 'configure', id, settings: s }),
       close: () => {
@@ -145,7 +146,7 @@ export type ToThread =
   | { op: 'open'; id: number; settings: SegmenterSettings; streamAudio?: boolean }
   /** Audio bytes at `off`..`off+len` of the message's chunk number `chunk`. */
   | { op: 'push'; id: number; chunk: number; off: number; len: number }
-  | { op: 'flush'; id: number }
+  | { op: 'flush'; id: number; closing?: boolean }
   | { op: 'verdict'; id: number; pause: number; end: boolean }
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
@@ -326,7 +327,7 @@ export class ThreadedVad implements VadService {
         lane.staged += pcm.length;
       },
       // A flush answers a client waiting for its transcript: no batching delay.
-      flush: () => !closed && this.send(lane, { op: 'flush', id }, true),
+      flush: (closing) => !closed && this.send(lane, { op: 'flush', id, closing }, true),
       // The stream waits for it.
       verdict: (pause, end) => !closed && this.send(lane, { op: 'verdict', id, pause, end }, true),
       configure: (s) => !closed && this.send(lane, { op: 'configure', id, settings: s }),

@@ -9,7 +9,8 @@ import {
   type SegmenterEvent,
   type SegmenterSettings,
 } from '../../realtime/vad/segmenter.js';
-import type { WindowClassifier } from '../../realtime/vad/silero.js';
+import { SegmentationRounds, type VadEvent } from '../../realtime/vad/rounds.js';
+import type { SileroPool, WindowClassifier } from '../../realtime/vad/silero.js';
 
 const BASE: SegmenterSettings = {
   vad: true,
@@ -250,6 +251,38 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
     const reference = run(AUDIO.length, (n) => n === 1).filter((e) => e.type !== 'audio');
     for (const frame of [2, 640, 3 * WINDOW_BYTES, 4096])
       expect(run(frame, (n) => n === 1).filter((e) => e.type !== 'audio')).to.deep.equal(reference);
+  });
+
+  it("a closing session's flush does not wait for a verdict: it ends the utterance with all audio before it", async () => {
+    // Nobody answers the pause: before, the flush queued behind it until the verdict came (a decoder
+    // behind real time held a draining session past its drain window).
+    const got = new Map<number, VadEvent[]>();
+    const rounds = new SegmentationRounds(new Loudness() as unknown as SileroPool, OPTS, (out) => {
+      for (const [id, evs] of out) got.set(id, [...(got.get(id) ?? []), ...evs]);
+    }, (err) => { throw err; }); // prettier-ignore
+    const audio = Buffer.concat([AUDIO.subarray(0, 20 * WINDOW_BYTES), pcm('S'.repeat(8) + 'q'.repeat(6))]);
+    // Stream 1 closes (a drain); stream 2's client flushes: that flush waits, so cuts depend on the audio alone.
+    for (const [id, closing] of [
+      [1, true],
+      [2, false],
+    ] as const) {
+      rounds.add({ op: 'open', id, settings: SETTINGS, streamAudio: true });
+      rounds.add({ op: 'push', id, pcm: audio });
+      rounds.add({ op: 'flush', id, closing });
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    const types = (id: number) =>
+      got
+        .get(id)!
+        .filter((e) => e.type !== 'audio')
+        .map((e) => e.type);
+    // The pause in the audio after the first was never put (the flush was waiting).
+    expect(types(1)).to.deep.equal(['start', 'pause', 'stop', 'flushed']);
+    const [stop] = stops(got.get(1) as SegmenterEvent[]);
+    expect(stop.reason).to.equal('flush');
+    // Everything from the prefix (3 windows before the speech, which starts at window 4) to the flush.
+    expect(stop.pcm.length).to.equal(audio.length - WINDOW_BYTES);
+    expect(types(2)).to.deep.equal(['start', 'pause']);
   });
 
   it('puts no pause to an owner without a streaming decoder, and none a window as long as the silence window', () => {
