@@ -55,6 +55,8 @@ export interface StreamingStats {
 }
 
 const RESTART_DELAY_MS = 1000;
+/** How long close() lets a thread finish its queue before stopping it. */
+const CLOSE_GRACE_MS = 1000;
 
 export class StreamingPool {
   private readonly lanes: Lane[] = [];
@@ -274,7 +276,10 @@ export class StreamingPool {
         if (lane.exited) return;
         const exited = new Promise<void>((resolve) => lane.worker.once('exit', () => resolve()));
         this.post(lane, { type: 'close' });
-        const late = setTimeout(() => void lane.worker.terminate(), 30_000);
+        // The close waits behind the thread's queue: audio of sessions that have ended, which a decoder
+        // behind real time would go on decoding for seconds (a draining realtime process then outlived its
+        // stop deadline). Past a short grace the thread is stopped (after its current native call).
+        const late = setTimeout(() => void lane.worker.terminate(), CLOSE_GRACE_MS);
         await exited;
         clearTimeout(late);
       }),
