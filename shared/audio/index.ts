@@ -136,6 +136,8 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
   return [
     '-hide_banner',
     '-nostats',
+    // Writing to a file, ffmpeg reports its progress on stdout (every 0.5 s): the watchdog's heartbeat.
+    ...(output === 'pipe:1' ? [] : ['-progress', 'pipe:1']),
     '-loglevel',
     'error',
     '-i',
@@ -160,7 +162,10 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
 
 /**
  * Runs ffmpeg from `input` to `output` (a path or `pipe:1`); resolves with its
- * stdout chunks (for pipe:1) once it exits cleanly.
+ * stdout chunks (for pipe:1) once it exits cleanly. `timeoutMs` is a stall
+ * watchdog, not a budget: decoding fails when ffmpeg makes no progress (no
+ * output, no progress report) for that long, so hours of audio on a loaded
+ * machine decode, and a decoder that hangs is stopped.
  */
 function runFfmpeg(
   input: Readable,
@@ -190,13 +195,14 @@ function runFfmpeg(
     };
     const onAbort = () => finish(new AudioDecodeError('Decoding was aborted.', 'decoder_unavailable'));
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    const timer = setTimeout(
-      () =>
-        finish(
-          new AudioDecodeError(`Decoding took longer than ${opts.timeoutMs} ms.`, 'decoder_unavailable'),
-        ),
-      opts.timeoutMs ?? 30_000,
-    );
+    const stallMs = opts.timeoutMs ?? 30_000;
+    const stalled = () =>
+      finish(new AudioDecodeError(`Decoding made no progress for ${stallMs} ms.`, 'decoder_unavailable'));
+    let timer = setTimeout(stalled, stallMs);
+    const progressed = () => {
+      clearTimeout(timer);
+      timer = setTimeout(stalled, stallMs);
+    };
     ff.on('error', (err) =>
       finish(new AudioDecodeError(`ffmpeg could not be started: ${err.message}`, 'decoder_unavailable')),
     );
@@ -206,7 +212,11 @@ function runFfmpeg(
     ff.stderr.on('data', (d: Buffer) => {
       if (stderr.length < 4000) stderr += d.toString();
     });
+    const toPipe = output === 'pipe:1';
     ff.stdout.on('data', (d: Buffer) => {
+      if (settled) return;
+      progressed();
+      if (!toPipe) return; // progress lines; the samples go to the file
       chunks.push(d);
       bytes += d.length;
       if (bytes > maxBytes) finish(new AudioTooLongError(opts.maxSeconds!));
