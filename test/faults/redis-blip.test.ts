@@ -7,7 +7,7 @@
  * token minting and new realtime sessions. Invariants (issue 22's target):
  * - no answer comes from the load balancer itself (its JSON `service_unavailable`
  *   page): every instance stays in rotation and answers in its plane's shape;
- *   uploads are answered 200 during the blip, none broken; refusals carry
+ *   uploads sent during the blip are answered 200, none broken; refusals carry
  *   Retry-After;
  * - requests fail fast (no answer waits for the freeze to end);
  * - a one-connection key holding a session is never given a second one, during
@@ -366,9 +366,10 @@ describe('faults: a Redis blip behind the load balancer', function () {
         });
         const { answers } = result;
 
-        // Uploads answered 200 while Redis was away (sent and answered within the blip).
+        // Uploads sent while Redis was away (their rate, quota and budget checks ran without it); how many
+        // also finish within the blip is the engine's pace on a loaded machine, not the API's.
         const uploads = answers.filter((a) => a.what === 'upload');
-        const during = uploads.filter((a) => a.at >= blipAt && a.end <= back);
+        const during = uploads.filter((a) => a.at >= blipAt && a.at < back);
         const okDuring = during.filter((a) => a.status === 200).length;
         const median = (xs: number[]) => xs.sort((x, y) => x - y)[Math.floor(xs.length / 2)] ?? NaN;
         // Realtime admission never falls back: new sessions are refused while the store is away.
@@ -393,7 +394,7 @@ describe('faults: a Redis blip behind the load balancer', function () {
             `${fig(admitted, 'end')}, first upload 200 ${fig(firstOk, 'end')}, uploads sent after it ` +
             `${sentAfter.filter((a) => a.status === 200).length}/${sentAfter.length} 200 (median ` +
             `${median(sentAfter.map((a) => a.ms))} ms, ${median(during.map((a) => a.ms))} ms during); during ` +
-            `the blip: uploads sent and answered 200 ${okDuring}/${during.length}, new sessions refused 503 ` +
+            `the blip: uploads sent, answered 200 ${okDuring}/${during.length}, new sessions refused 503 ` +
             `${sessionRefusals}/${sessionsDuring.length}, low-rate key 200 ${rated200}/${ratedDuring.length} ` +
             `(bound ${API_INSTANCES * RATE_PER_MINUTE}); answers ${answers.length + rates.length}, non-200 uploads ` +
             `${uploads.filter((a) => a.status !== 200).length}, broken ${result.broken.length}, slowest ` +
@@ -401,7 +402,8 @@ describe('faults: a Redis blip behind the load balancer', function () {
         );
 
         checkAnswers({ answers: [...answers, ...rates], broken: result.broken });
-        expect(okDuring, 'uploads sent and answered 200 during the blip').to.be.at.least(8);
+        expect(okDuring, 'uploads sent during the blip, answered 200').to.equal(during.length);
+        expect(okDuring, 'uploads sent during the blip').to.be.at.least(3);
         expect(sessionsDuring.length, 'session tries during the blip').to.be.greaterThan(10);
         for (const s of sessionsDuring) expect(`${s.status} ${s.body}`).to.match(/^503 .*limits_unavailable/);
         expect(rated200, 'low-rate key answered 200 during the blip').to.be.within(
