@@ -1,10 +1,16 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { PassThrough } from 'node:stream';
 import { expect } from 'chai';
 import {
   AudioDecodeError,
   AudioTooLongError,
   canonicalWavSamples,
   decodeAudio,
+  decodeStream,
+  decodeUpload,
   pcmDurationSeconds,
   pcmToWav,
 } from '../../shared/audio/index.js';
@@ -96,6 +102,40 @@ describe('speech: audio decoding (ffmpeg through pipes)', function () {
     expect(err).to.be.instanceOf(AudioTooLongError);
     const direct = await decodeAudio(wav, { maxSeconds: 1 }).catch((e: unknown) => e);
     expect(direct).to.be.instanceOf(AudioTooLongError);
+  });
+
+  it('the decode limit is a stall watchdog: long audio that keeps decoding passes it; a stalled decoder is stopped', async function () {
+    this.timeout(120_000);
+    // 4,000 s of silence as FLAC (small upload, seconds of decoding): longer than the limit, never stalled.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stt-watchdog-'));
+    try {
+      const flac = path.join(dir, 'silence.flac');
+      execFileSync('ffmpeg', [
+        '-hide_banner', '-loglevel', 'error', '-f', 'lavfi', '-i', 'anullsrc=r=8000:cl=mono', '-t', '4000',
+        '-c:a', 'flac', flac,
+      ]); // prettier-ignore
+      const started = Date.now();
+      const audio = await decodeUpload(fs.readFileSync(flac), {
+        timeoutMs: 1500,
+        spool: { afterSeconds: 60, dir },
+      });
+      const tookMs = Date.now() - started;
+      expect(audio.seconds).to.be.closeTo(4000, 0.1);
+      await audio.dispose();
+      // Only meaningful when the decode outlasted the limit (it does on any machine seen so far).
+      expect(tookMs, 'decode took longer than the limit').to.be.greaterThan(1500);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    // Input that never comes: ffmpeg waits on it, makes no progress, and is stopped.
+    const stalled = new PassThrough();
+    const started = Date.now();
+    const err = await decodeStream(stalled, { timeoutMs: 1000 }).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(AudioDecodeError);
+    expect((err as AudioDecodeError).code).to.equal('decoder_unavailable');
+    expect((err as Error).message).to.match(/no progress for 1000 ms/);
+    expect(Date.now() - started).to.be.below(5000);
+    stalled.destroy();
   });
 
   it('writes and reads back its own WAV; computes duration from PCM length', () => {
