@@ -63,6 +63,9 @@ export async function startRealtime(
   const breaker = new CircuitBreaker(rt.breaker);
   const quota = new ConnectionQuota(deps.limits, rt, log);
   const vad = opts.vad ?? (await createVadService(rt.vad.threads, rt.vad));
+  // Streaming decoders load before the instance listens: loaded on the first session instead, they kept
+  // the first sessions after a (rolling) restart waiting seconds for any transcript on a busy machine.
+  await deps.engine.startStreaming?.();
   const sessions = new Set<RealtimeSession>();
   const meter = new UsageMeter(
     deps.ledger,

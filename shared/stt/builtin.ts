@@ -114,6 +114,12 @@ export class BuiltinEngine implements SpeechEngine {
     return this.streaming.open();
   }
 
+  startStreaming(): Promise<void> {
+    if (!this.cfg.streaming || this.closed || this.broken) return Promise.resolve();
+    this.streaming ??= new StreamingPool(this.cfg, this.log);
+    return this.streaming.ready();
+  }
+
   streamingStats() {
     return this.streaming?.stats();
   }

@@ -78,6 +78,12 @@ export class StreamingPool {
     }
   }
 
+  /** Resolves when every thread has loaded its first decoders (or, for one that failed, stopped trying). */
+  async ready(): Promise<void> {
+    while (!this.closed && this.lanes.some((l) => !l.ready && !l.exited))
+      await new Promise((r) => setTimeout(r, 20));
+  }
+
   stats(): StreamingStats {
     const sum = (f: (l: Lane) => number) => this.lanes.reduce((n, l) => n + f(l), 0);
     return {

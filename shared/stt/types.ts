@@ -104,6 +104,11 @@ export interface SpeechEngine {
   transcribe(req: TranscribeRequest): Promise<TranscribeResult>;
   /** The streaming form, when the engine has one (remote workers only take whole clips). */
   openStream?(): SpeechStream;
+  /**
+   * Loads the streaming form's decoders now and resolves when they can take audio (the realtime tier
+   * calls it before it listens, so the first sessions after a start do not wait for them).
+   */
+  startStreaming?(): Promise<void>;
   /** Languages the engine can serve (ISO-639-1), or ['*'] for any. */
   languages(): string[];
   /** True when at least one worker can take work now. */
