@@ -413,7 +413,8 @@ describe('faults: a Redis blip behind the load balancer', function () {
         expect(ratedDuring.length - rated200, 'low-rate key refused during the blip').to.be.greaterThan(0);
         // Refused fast while Redis was away (a try may take a command timeout, never the freeze).
         expect(refusals.length).to.be.greaterThan(20);
-        for (const r of refusals) expect(r.ms, JSON.stringify(r)).to.be.below(2500);
+        // A 20 s freeze would show as 20 s: the bound leaves room for a loaded machine.
+        for (const r of refusals) expect(r.ms, JSON.stringify(r)).to.be.below(5000);
         expect(trusted, 'a refusal for the held slot after Redis returned').to.not.equal(undefined);
         expect(trusted!.at - back, 'ms until the lease store was trusted again').to.be.below(RECOVERY_MS);
         expect(admitted, 'a new session admitted after Redis returned').to.not.equal(undefined);
@@ -421,10 +422,15 @@ describe('faults: a Redis blip behind the load balancer', function () {
         // Uploads never stopped (asserted above), so when the next one is answered after the return
         // is its turn on the engine behind the other loops, not a recovery: printed, not bounded.
         expect(firstOk, 'an upload answered 200 after Redis returned').to.not.equal(undefined);
-        expect(
-          sentAfter.filter((a) => a.status === 200).length,
-          'uploads sent after the return, answered 200',
-        ).to.be.greaterThan(0);
+        // And one sent after the return (the loops' last ones may all have been sent before it).
+        const form = new FormData();
+        form.append('file', new Blob([clip], { type: 'audio/wav' }), 'clip.wav');
+        const late = await fetch(`${url}/v1/audio/transcriptions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${loadKey}` },
+          body: form,
+        });
+        expect(late.status, 'an upload sent after the return').to.equal(200);
 
         expect(holder.of('error'), 'the holder kept its session').to.deep.equal([]);
         expect(holder.ws.readyState, 'the holder is still open').to.equal(holder.ws.OPEN);
