@@ -45,6 +45,7 @@ const LONG = process.argv.includes('--long');
 /** Only the end-of-speech-to-final measurement (no planes, no report tables). */
 const LATENCY_ONLY = process.argv.includes('--latency-only');
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+const STOPPED = 'input_audio_buffer.speech_stopped';
 const clips = loadCorpus('short');
 const nWords = (c: CorpusClip) => c.reference.split(' ').length;
 
@@ -75,7 +76,7 @@ async function stream(
   ctx: Awaited<ReturnType<typeof createRealtimeContext>>,
   c: CorpusClip,
   o: { leadMs: number; pace: number; frameMs: number; silenceMs?: number },
-): Promise<{ text: string; words: TimedWord[]; endToFinal: number[] }> {
+): Promise<{ text: string; words: TimedWord[]; endToFinal: number[]; endToStopped: number[] }> {
   const { key } = await ctx.issueKey('pro');
   const cl = await connect(ctx.url, bearer(key));
   await cl.next('session.created');
@@ -85,9 +86,11 @@ async function stream(
   const ends = c.speech.map(([, e]) => (o.leadMs / 1000 + e) * 32000);
   const sentAt: number[] = [];
   const finals: number[] = [];
+  const stops: number[] = [];
   cl.ws.on('message', (data) => {
     const ev = JSON.parse(String(data)) as { type: string };
     if (ev.type === COMPLETED) finals.push(performance.now());
+    if (ev.type === STOPPED) stops.push(performance.now());
   });
   const t0 = performance.now();
   await cl.stream(pcm, { pace: o.pace, frameBytes: o.frameMs * 32 });
@@ -109,10 +112,16 @@ async function stream(
   // End of speech -> final: each sentence's end to the first final after it (sentences merged into one
   // utterance count once, at the last).
   const endToFinal: number[] = [];
+  /** The same turns' end to their `speech_stopped` (silence detection alone). */
+  const endToStopped: number[] = [];
   for (const [i, s] of sentAt.entries()) {
     const next = sentAt[i + 1];
     const f = finals.find((t) => t > s);
-    if (f !== undefined && (next === undefined || f < next)) endToFinal.push(f - s);
+    if (f !== undefined && (next === undefined || f < next)) {
+      endToFinal.push(f - s);
+      const st = stops.find((t) => t > s);
+      if (st !== undefined && st <= f) endToStopped.push(st - s);
+    }
   }
   return {
     text: done
@@ -121,6 +130,7 @@ async function stream(
       .trim(),
     words,
     endToFinal,
+    endToStopped,
   };
 }
 
@@ -141,10 +151,12 @@ const latencyRows: string[] = [];
 const latencyClips = clips.filter((c) => c.voice.startsWith('flite')).slice(0, LATENCY_CLIPS);
 for (const silenceMs of SILENCES) {
   const one: number[] = [];
+  const oneStopped: number[] = [];
   const texts: string[] = [];
   for (const c of latencyClips) {
     const r = await stream(ctx, c, { leadMs: 0, pace: 1, frameMs: 20, silenceMs });
     one.push(...r.endToFinal);
+    oneStopped.push(...r.endToStopped);
     texts.push(r.text);
   }
   const many: number[] = [];
@@ -158,7 +170,7 @@ for (const silenceMs of SILENCES) {
   const words = latencyClips.reduce((n, c) => n + nWords(c), 0);
   const err = latencyClips.reduce((e, c, i) => e + wer(c.reference, texts[i]) * nWords(c), 0);
   latencyRows.push(
-    `| ${silenceMs ? `${silenceMs} ms` : 'default (sentence end)'} | ${fmt(percentile(one, 50), 0)} ms | ${fmt(percentile(one, 95), 0)} ms | ${STREAMS}: ${fmt(percentile(many, 50), 0)} ms | ${fmt(percentile(many, 95), 0)} ms | ${fmt((100 * err) / words)}% |`,
+    `| ${silenceMs ? `${silenceMs} ms` : 'default (sentence end)'} | ${fmt(percentile(one, 50), 0)} ms | ${fmt(percentile(one, 95), 0)} ms | ${STREAMS}: ${fmt(percentile(many, 50), 0)} ms | ${fmt(percentile(many, 95), 0)} ms | ${fmt((100 * err) / words)}% | ${fmt(percentile(oneStopped, 50), 0)} / ${fmt(percentile(oneStopped, 95), 0)} ms |`,
   );
 }
 await ctx.close();
@@ -277,8 +289,10 @@ if (!LATENCY_ONLY) {
 console.log(
   `\nEnd of speech -> final (realtime, real-time pace, 20 ms frames, ${latencyClips.length} clips; silence window = VAD silence_ms)`,
 );
-console.log('| silence window | 1 stream p50 | p95 | streams: p50 | p95 | WER (1 stream) |');
-console.log('|---|---|---|---|---|---|');
+console.log(
+  '| silence window | 1 stream p50 | p95 | streams: p50 | p95 | WER (1 stream) | end -> speech_stopped p50 / p95 (1 stream) |',
+);
+console.log('|---|---|---|---|---|---|---|');
 for (const r of latencyRows) console.log(r);
 if (longRows.length) {
   console.log(
