@@ -105,7 +105,7 @@ export class BuiltinEngine implements SpeechEngine {
     return BUILTIN_LANGUAGES;
   }
 
-  /** The streaming form's decoders start with the first realtime session (the API never needs them). */
+  /** The streaming form's decoders: started by the realtime tier before it listens (the API never needs them). */
   private streaming: StreamingPool | undefined;
 
   openStream(): SpeechStream {
