@@ -54,6 +54,20 @@ describe('realtime streaming decoding (built-in engine)', function () {
     await engine?.close();
   });
 
+  it('closing the engine stops its decoder threads within seconds, however much audio is queued', async () => {
+    const e = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '1' });
+    await e.ready();
+    await e.startStreaming();
+    const utterance = e.openStream().begin({ streamPosition: 0 })!;
+    expect(utterance).to.not.equal(null);
+    // 66 s of speech queued for the decoder: tens of seconds of decoding nobody will read.
+    const pcm = readPcm('jfk.wav');
+    for (let i = 0; i < 6; i++) utterance.push(pcm);
+    const t0 = Date.now();
+    await e.close();
+    expect(Date.now() - t0, 'ms to close').to.be.below(8000);
+  });
+
   /** Streams a clip and returns the completed texts in utterance order. */
   async function streamClip(c: RealtimeTestContext, file: string, how: Arrival): Promise<string[]> {
     const { key } = await c.issueKey('pro');
