@@ -73,6 +73,7 @@ function borrowed(engine: SpeechEngine): Platform['speech'] {
   return {
     transcribe: (req) => engine.transcribe(req),
     openStream: engine.openStream && (() => engine.openStream!()),
+    startStreaming: engine.startStreaming && (() => engine.startStreaming!()),
     languages: () => engine.languages(),
     healthy: () => engine.healthy(),
     ready: async () => {},

@@ -54,6 +54,13 @@ describe('realtime streaming decoding (built-in engine)', function () {
     await engine?.close();
   });
 
+  it('has its streaming decoders loaded before the first session (a restarted instance answers at once)', () => {
+    // No session has been opened yet: the realtime tier started them before it listened.
+    const stats = engine.streamingStats();
+    expect(stats, 'streaming decoders started with the realtime tier').to.not.equal(undefined);
+    expect(stats!.threads).to.equal(1);
+  });
+
   it('closing the engine stops its decoder threads within seconds, however much audio is queued', async () => {
     const e = builtin({ STT_STREAM_THREADS: '1', STT_STREAM_DECODERS: '1' });
     await e.ready();
