@@ -98,8 +98,9 @@ describe('realtime overload admission', function () {
   it('an utterance that times out waiting fails alone: the session stays open and the breaker closed', async () => {
     ctx = await createRealtimeContext({
       engine,
-      env: { REALTIME_TRANSCRIBE_TIMEOUT_MS: '100' },
-      overrides: { realtime: { breaker: { failureThreshold: 1 } } },
+      // 1 ms (below the setting's floor, so an override): no final can come back from a decoder thread
+      // that fast. With 100 ms, decoders that kept up (loaded before the first session) answered in time.
+      overrides: { realtime: { transcribeTimeoutMs: 1, breaker: { failureThreshold: 1 } } },
     });
     const { key } = await ctx.issueKey('pro');
     const a = await connect(ctx.url, bearer(key));
