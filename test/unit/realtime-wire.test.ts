@@ -1,7 +1,13 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { LOWPASS_48K, Resampler24To16 } from '../../realtime/resample.js';
 import { parseAppend } from '../../realtime/protocol.js';
+import { WASM_SOURCES, compileWat, moduleText } from '../../scripts/wasm.js';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 const tone = (hz: number, seconds: number, rate: number, amplitude = 8000): Buffer => {
   const n = Math.round(seconds * rate);
@@ -69,6 +75,25 @@ describe('unit: 24 kHz audio on the OpenAI endpoint', () => {
       expect(Math.abs(got.readInt16LE(m * 2) - want), `sample ${m}`).to.be.at.most(1);
     }
     expect(clipped).to.be.above(10);
+  });
+
+  it('gives the same samples four hours into a session as at its start', () => {
+    // One second of a 100 Hz tone repeats exactly: so must its 16 kHz form, however far in.
+    const second = tone(100, 1, 24000);
+    const r = new Resampler24To16();
+    const first = [r.push(second), r.push(second)][1];
+    let last = first;
+    for (let s = 2; s < 4 * 3600; s++) last = r.push(second);
+    expect(last.equals(first)).to.equal(true);
+  });
+
+  it('runs the filter compiled from realtime/resample.wat (npm run build:wasm)', async () => {
+    for (const s of WASM_SOURCES) {
+      const embedded = fs.readFileSync(path.join(repoRoot, s.module), 'utf8');
+      expect(embedded, `${s.module} is out of date: npm run build:wasm`).to.equal(
+        moduleText(s.wat, await compileWat(s.wat)),
+      );
+    }
   });
 
   it('keeps speech frequencies and removes what 16 kHz cannot hold', () => {
