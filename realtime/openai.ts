@@ -115,7 +115,8 @@ export class OpenAIProtocol implements SessionProtocol {
     const type = m.type as string;
     switch (type) {
       case 'input_audio_buffer.append': {
-        const cmd = parseAppend(m.audio, maxFrameBytes);
+        // 24 kHz audio is copied by the resampler at once: it decodes into a scratch buffer.
+        const cmd = parseAppend(m.audio, maxFrameBytes, this.resampler !== null);
         return cmd.kind === 'audio' ? this.audio(cmd.pcm) : cmd;
       }
       case 'input_audio_buffer.commit':

@@ -89,7 +89,15 @@ export function parseText(text: string, maxFrameBytes: number): ClientCommand {
 }
 
 /** The `audio` of an append: base64 PCM16LE, at most a frame once decoded. */
-export function parseAppend(audio: unknown, maxFrameBytes: number): ClientCommand {
+/** Where transient appends decode (grown to the largest frame; one per process: the event loop is single). */
+let scratch = Buffer.alloc(0);
+
+/**
+ * An append's base64 audio as PCM. `transient`: decoded into a scratch buffer that the next
+ * transient append overwrites, for a caller that copies the samples at once (the OpenAI
+ * endpoint's resampler): no buffer is allocated per frame.
+ */
+export function parseAppend(audio: unknown, maxFrameBytes: number, transient = false): ClientCommand {
   if (typeof audio !== 'string') return invalid('invalid_audio', '"audio" must be a base64 string.');
   const b64 = audio;
   // Decoded size is known before decoding: refuse oversized frames without allocating them.
@@ -99,7 +107,13 @@ export function parseAppend(audio: unknown, maxFrameBytes: number): ClientComman
   // the alphabet (and stops at padding), so any such character leaves the decoded length short
   // of what the text's length promises; the base64url characters it also accepts are refused apart.
   if (b64.length % 4 !== 0) return invalid('invalid_audio', '"audio" is not valid base64.');
-  const buf = Buffer.from(b64, 'base64');
+  let buf: Buffer;
+  if (transient) {
+    if (scratch.length < decodedLen) scratch = Buffer.allocUnsafeSlow(decodedLen);
+    buf = scratch.subarray(0, scratch.write(b64, 0, decodedLen, 'base64'));
+  } else {
+    buf = Buffer.from(b64, 'base64');
+  }
   const pad = b64.endsWith('==') ? 2 : b64.endsWith('=') ? 1 : 0;
   if (buf.length !== (b64.length / 4) * 3 - pad || b64.includes('-') || b64.includes('_')) {
     return invalid('invalid_audio', '"audio" is not valid base64.');

@@ -117,17 +117,22 @@ describe('unit: 24 kHz audio on the OpenAI endpoint', () => {
     fc.assert(
       fc.property(fc.array(alphabet, { maxLength: 24 }), (chars) => {
         const s = chars.join('');
-        const got = parseAppend(s, 1 << 20);
-        const accepted = got.kind === 'audio' || (got.kind === 'invalid' && /16-bit/.test(got.message));
-        expect(accepted, JSON.stringify(s)).to.equal(strict(s));
+        // Decoded into a new buffer, and into the scratch buffer of transient appends (24 kHz).
+        for (const transient of [false, true]) {
+          const got = parseAppend(s, 1 << 20, transient);
+          const accepted = got.kind === 'audio' || (got.kind === 'invalid' && /16-bit/.test(got.message));
+          expect(accepted, JSON.stringify(s)).to.equal(strict(s));
+        }
       }),
       { numRuns: 3000 },
     );
     for (let n = 0; n < 40; n += 2) {
       const pcm = Buffer.alloc(n, 7);
-      const got = parseAppend(pcm.toString('base64'), 1 << 20);
-      expect(got.kind).to.equal('audio');
-      if (got.kind === 'audio') expect(got.pcm.equals(pcm)).to.equal(true);
+      for (const transient of [false, true]) {
+        const got = parseAppend(pcm.toString('base64'), 1 << 20, transient);
+        expect(got.kind).to.equal('audio');
+        if (got.kind === 'audio') expect(got.pcm.equals(pcm)).to.equal(true);
+      }
     }
     expect(parseAppend(Buffer.alloc(3).toString('base64'), 1 << 20)).to.include({ kind: 'invalid' });
     expect(parseAppend(Buffer.alloc(2000).toString('base64'), 1000)).to.include({ kind: 'tooLarge' });
