@@ -16,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import {
   COMMIT_EMPTY,
   COMPLETED,
+  fastAppend,
   parseAppend,
   parseJsonFrame,
   type ClientCommand,
@@ -108,6 +109,10 @@ export class OpenAIProtocol implements SessionProtocol {
 
   parseText(text: string, maxFrameBytes: number): ClientCommand {
     this.clientEventId = null;
+    // 24 kHz audio is copied by the resampler at once: it decodes into a scratch buffer.
+    const transient = this.resampler !== null;
+    const pcm = fastAppend(text, maxFrameBytes, transient);
+    if (pcm) return this.audio(pcm);
     const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
     if ('refused' in parsed) return parsed.refused;
     const m = parsed.msg;
@@ -115,8 +120,7 @@ export class OpenAIProtocol implements SessionProtocol {
     const type = m.type as string;
     switch (type) {
       case 'input_audio_buffer.append': {
-        // 24 kHz audio is copied by the resampler at once: it decodes into a scratch buffer.
-        const cmd = parseAppend(m.audio, maxFrameBytes, this.resampler !== null);
+        const cmd = parseAppend(m.audio, maxFrameBytes, transient);
         return cmd.kind === 'audio' ? this.audio(cmd.pcm) : cmd;
       }
       case 'input_audio_buffer.commit':

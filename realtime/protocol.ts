@@ -69,8 +69,28 @@ export function parseJsonFrame(
   return { msg: m };
 }
 
+const APPEND_HEAD = '{"type":"input_audio_buffer.append","audio":"';
+const APPEND_TAIL = '"}';
+
+/**
+ * An append exactly as client libraries serialise it (`{"type":"input_audio_buffer.append",
+ * "audio":"..."}`, nothing else), read without JSON.parse: most text frames of a stream are these.
+ * Only audio that decodes as strict base64 is taken (its characters need no JSON escaping, so the
+ * frame is valid JSON and means exactly this); anything else is null and goes through the full
+ * parser, which gives the same refusal it always did.
+ */
+export function fastAppend(text: string, maxFrameBytes: number, transient = false): Buffer | null {
+  if (!text.startsWith(APPEND_HEAD) || !text.endsWith(APPEND_TAIL)) return null;
+  if (text.length - APPEND_TAIL.length < APPEND_HEAD.length) return null;
+  const audio = text.slice(APPEND_HEAD.length, text.length - APPEND_TAIL.length);
+  const cmd = parseAppend(audio, maxFrameBytes, transient);
+  return cmd.kind === 'audio' ? cmd.pcm : null;
+}
+
 /** A text frame of the native protocol. */
 export function parseText(text: string, maxFrameBytes: number): ClientCommand {
+  const pcm = fastAppend(text, maxFrameBytes);
+  if (pcm) return { kind: 'audio', pcm };
   const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
   if ('refused' in parsed) return parsed.refused;
   const m = parsed.msg;
@@ -88,12 +108,11 @@ export function parseText(text: string, maxFrameBytes: number): ClientCommand {
   }
 }
 
-/** The `audio` of an append: base64 PCM16LE, at most a frame once decoded. */
 /** Where transient appends decode (grown to the largest frame; one per process: the event loop is single). */
 let scratch = Buffer.alloc(0);
 
 /**
- * An append's base64 audio as PCM. `transient`: decoded into a scratch buffer that the next
+ * The `audio` of an append (base64 PCM16LE, at most a frame once decoded) as PCM. `transient`: decoded into a scratch buffer that the next
  * transient append overwrites, for a caller that copies the samples at once (the OpenAI
  * endpoint's resampler): no buffer is allocated per frame.
  */

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { LOWPASS_48K, Resampler24To16 } from '../../realtime/resample.js';
-import { parseAppend } from '../../realtime/protocol.js';
+import { fastAppend, parseAppend } from '../../realtime/protocol.js';
 import { WASM_SOURCES, compileWat, moduleText } from '../../scripts/wasm.js';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -109,6 +109,43 @@ describe('unit: 24 kHz audio on the OpenAI endpoint', () => {
     const idle = Array.from({ length: 2000 }, () => new Resampler24To16());
     const perSession = (process.memoryUsage().arrayBuffers - before) / idle.length;
     expect(perSession).to.be.below(1024);
+  });
+
+  it('reads an append without JSON.parse only when the frame means exactly that append', () => {
+    const head = '{"type":"input_audio_buffer.append","audio":"';
+    const piece = fc.constantFrom(
+      'AAAA',
+      'AQID',
+      'AA==',
+      'A',
+      '"',
+      '\\',
+      '\n',
+      '\u0001',
+      '"}',
+      '","x":"',
+      'é',
+      ' ',
+      '-',
+      '=',
+    );
+    fc.assert(
+      fc.property(fc.array(piece, { maxLength: 8 }), fc.boolean(), (pieces, transient) => {
+        const text = head + pieces.join('') + '"}';
+        const fast = fastAppend(text, 1 << 20, transient);
+        if (!fast) return;
+        // Taken: the frame is valid JSON, nothing but this type and audio, and the same samples.
+        const msg = JSON.parse(text) as Record<string, unknown>;
+        expect(Object.keys(msg)).to.deep.equal(['type', 'audio']);
+        const full = parseAppend(msg.audio, 1 << 20);
+        expect(full.kind).to.equal('audio');
+        if (full.kind === 'audio') expect(fast.equals(full.pcm)).to.equal(true);
+      }),
+      { numRuns: 3000 },
+    );
+    expect(fastAppend(head + 'AAAAAA=="}', 1 << 20)?.length).to.equal(4);
+    expect(fastAppend('{"audio":"AAAA","type":"input_audio_buffer.append"}', 1 << 20)).to.equal(null);
+    expect(fastAppend(head + 'AAAAAA=="}', 2)).to.equal(null); // over the frame limit: the full parser refuses it
   });
 
   it('accepts exactly strict base64 in appends', () => {

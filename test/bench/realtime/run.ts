@@ -366,6 +366,8 @@ async function openaiVsNative(): Promise<void> {
             failedUtterances: r.failedUtterances,
             completionMs: r.completionMs,
             closes: r.closes,
+            // Silero's work since the process started (the same load on both): model calls and windows.
+            vadModels: (r.vadPool as { models?: unknown }).models,
           }),
         );
       ratios.push({
