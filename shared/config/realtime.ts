@@ -156,7 +156,7 @@ export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   targetSpeechMs: 15_000,
   maxSpeechMs: 30_000,
   smartSplitWindowMs: 2_000,
-  sentenceEndSilenceMs: 96,
+  sentenceEndSilenceMs: 160,
   sentenceEndThreshold: 0.1,
 };
 /** VAD cost controls (docs/realtime.md, "Server VAD"): gate, state pool, batching, speech hold. */

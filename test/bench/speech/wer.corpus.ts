@@ -11,7 +11,6 @@
  *   npm run bench:wer                     # every short clip; realtime fast, latency on --latency clips
  *   npm run bench:wer -- --latency=8 --streams=4 --silence=0,500 --long   # 0: the default turn end
  *   npm run bench:wer -- --latency=8 --silence=0,500 --latency-only     # only end of speech to final
- *   ... --sentence-end=96:0.1            # the sentence-end check (pause ms : threshold)
  *
  * Planes: segment = the segment endpoint (whole clip, FLAC upload);
  * realtime = a realtime server with the built-in engine's streaming form
@@ -43,14 +42,6 @@ const LATENCY_CLIPS = Number(arg('latency', '12'));
 const STREAMS = Number(arg('streams', '4'));
 const SILENCES = arg('silence', '500,300').split(',').map(Number);
 const LONG = process.argv.includes('--long');
-/** `--sentence-end=MS:P`: the sentence-end check's pause and threshold. Default: the shipped values. */
-const check = (name: string): [number, number] | undefined => {
-  const v = arg(name, '');
-  if (!v) return undefined;
-  const [ms, p] = v.split(':').map(Number);
-  return [ms, p ?? 0];
-};
-const EARLY = check('sentence-end');
 /** Only the end-of-speech-to-final measurement (no planes, no report tables). */
 const LATENCY_ONLY = process.argv.includes('--latency-only');
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
@@ -143,16 +134,7 @@ async function stream(
   };
 }
 
-const ctx = await createRealtimeContext({
-  engine,
-  overrides: {
-    realtime: {
-      vadDefaults: {
-        ...(EARLY ? { sentenceEndSilenceMs: EARLY[0], sentenceEndThreshold: EARLY[1] } : {}),
-      },
-    },
-  },
-});
+const ctx = await createRealtimeContext({ engine });
 const realtime: PlaneResult = { texts: [], words: [] };
 const realtimeLead: PlaneResult = { texts: [], words: [] };
 for (const c of LATENCY_ONLY ? [] : clips) {
