@@ -355,10 +355,17 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
       }
       const completed: string[] = [];
       await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(
-          () => reject(new Error(`no transcript; saw ${seen.map((e) => e.type)}`)),
-          200_000,
-        );
+        // Seen once in CI: nothing after session.created for 200 s. Say what the socket and the server did.
+        const why = (what: string) =>
+          new Error(
+            `${what}; saw ${seen.map((e) => e.type)}; client errors ${JSON.stringify(errors.map(String))}\n` +
+              ctx.logs.lines.slice(-15).join('\n'),
+          );
+        const t = setTimeout(() => reject(why('no transcript')), 200_000);
+        rt.socket.once('close', (code: number, reason: Buffer) => {
+          clearTimeout(t);
+          reject(why(`socket closed ${code} ${String(reason)} before the transcript`));
+        });
         const check = () => {
           const committed = seen.filter((e) => e.type === 'input_audio_buffer.committed').length;
           const done = seen.filter((e) => e.type === COMPLETED);
