@@ -112,9 +112,9 @@ export function parseText(text: string, maxFrameBytes: number): ClientCommand {
 let scratch = Buffer.alloc(0);
 
 /**
- * The `audio` of an append (base64 PCM16LE, at most a frame once decoded) as PCM. `transient`: decoded into a scratch buffer that the next
- * transient append overwrites, for a caller that copies the samples at once (the OpenAI
- * endpoint's resampler): no buffer is allocated per frame.
+ * The `audio` of an append (base64 PCM16LE, at most a frame once decoded) as PCM.
+ * `transient`: decoded into a scratch buffer that the next transient append overwrites, for a
+ * caller that copies the samples at once (the OpenAI endpoint's resampler): no buffer per frame.
  */
 export function parseAppend(audio: unknown, maxFrameBytes: number, transient = false): ClientCommand {
   if (typeof audio !== 'string') return invalid('invalid_audio', '"audio" must be a base64 string.');
