@@ -13,9 +13,6 @@ import type { ConnectionQuota } from './quota.js';
 import { OpenAIProtocol } from './openai.js';
 import { RealtimeSession, type CloseKind, type SessionDeps, type Transport } from './session.js';
 
-/** Text frames as strings (uWS has checked their UTF-8); no Buffer per frame. */
-const utf8 = new TextDecoder();
-
 export interface LifecycleDeps {
   rt: RealtimeConfig;
   session: SessionDeps;
@@ -62,7 +59,7 @@ export class SessionLifecycle {
         if (!s) return;
         try {
           if (isBinary) s.onBinary(message);
-          else s.onText(utf8.decode(message));
+          else s.onText(new Uint8Array(message));
         } catch (err) {
           this.deps.log.error({ err, sessionId: s.sessionId }, 'unexpected error handling a client message');
           s.end('clientError');

@@ -16,6 +16,7 @@ import { randomBytes } from 'node:crypto';
 import {
   COMMIT_EMPTY,
   COMPLETED,
+  appendAudioBytes,
   fastAppend,
   parseAppend,
   parseJsonFrame,
@@ -107,12 +108,24 @@ export class OpenAIProtocol implements SessionProtocol {
     return this.audio(Buffer.from(data));
   }
 
+  parseAppendFrame(frame: Uint8Array, maxFrameBytes: number): ClientCommand | null {
+    let pcm: Buffer | null;
+    if (this.resampler) {
+      // 24 kHz: decoded and resampled in one pass through the kernel's memory.
+      const audio = appendAudioBytes(frame);
+      pcm = audio && this.resampler.pushBase64(audio, maxFrameBytes);
+    } else {
+      pcm = fastAppend(frame, maxFrameBytes);
+    }
+    if (!pcm) return null;
+    this.clientEventId = null;
+    return { kind: 'audio', pcm };
+  }
+
   parseText(text: string, maxFrameBytes: number): ClientCommand {
     this.clientEventId = null;
     // 24 kHz audio is copied by the resampler at once: it decodes into a scratch buffer.
     const transient = this.resampler !== null;
-    const pcm = fastAppend(text, maxFrameBytes, transient);
-    if (pcm) return this.audio(pcm);
     const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
     if ('refused' in parsed) return parsed.refused;
     const m = parsed.msg;
@@ -141,7 +154,8 @@ export class OpenAIProtocol implements SessionProtocol {
   }
 
   private audio(pcm: Buffer): ClientCommand {
-    return { kind: 'audio', pcm: this.resampler ? this.resampler.push(pcm) : pcm };
+    // The session copies each frame's audio at once: the resampler's output can be transient.
+    return { kind: 'audio', pcm: this.resampler ? this.resampler.push(pcm, true) : pcm };
   }
 
   /** An update of either form as the native settings it changes; OpenAI-only choices wait for its acceptance. */

@@ -7,6 +7,7 @@
  */
 import { PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
 import type { TranscriptWord } from '../shared/stt/types.js';
+import { decodeBase64 } from './kernel.js';
 
 export const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
@@ -69,28 +70,35 @@ export function parseJsonFrame(
   return { msg: m };
 }
 
-const APPEND_HEAD = '{"type":"input_audio_buffer.append","audio":"';
-const APPEND_TAIL = '"}';
+const APPEND_HEAD = Buffer.from('{"type":"input_audio_buffer.append","audio":"', 'latin1');
+const APPEND_TAIL = Buffer.from('"}', 'latin1');
 
 /**
- * An append exactly as client libraries serialise it (`{"type":"input_audio_buffer.append",
- * "audio":"..."}`, nothing else), read without JSON.parse: most text frames of a stream are these.
- * Only audio that decodes as strict base64 is taken (its characters need no JSON escaping, so the
- * frame is valid JSON and means exactly this); anything else is null and goes through the full
- * parser, which gives the same refusal it always did.
+ * The audio of a text frame that is an append exactly as client libraries serialise it
+ * (`{"type":"input_audio_buffer.append","audio":"..."}`, nothing else), as the frame's own bytes:
+ * most text frames of a stream are these, and they are read without making a string of them or
+ * parsing JSON. Null for any other frame. The caller takes the audio only if it is strict base64
+ * (its characters need no JSON escaping, so the frame is valid JSON and means exactly this);
+ * anything else goes through the full parser, which gives the same refusal it always did.
  */
-export function fastAppend(text: string, maxFrameBytes: number, transient = false): Buffer | null {
-  if (!text.startsWith(APPEND_HEAD) || !text.endsWith(APPEND_TAIL)) return null;
-  if (text.length - APPEND_TAIL.length < APPEND_HEAD.length) return null;
-  const audio = text.slice(APPEND_HEAD.length, text.length - APPEND_TAIL.length);
-  const cmd = parseAppend(audio, maxFrameBytes, transient);
-  return cmd.kind === 'audio' ? cmd.pcm : null;
+export function appendAudioBytes(frame: Uint8Array): Uint8Array | null {
+  const end = frame.length - APPEND_TAIL.length;
+  if (end < APPEND_HEAD.length) return null;
+  for (let i = 0; i < APPEND_HEAD.length; i++) if (frame[i] !== APPEND_HEAD[i]) return null;
+  for (let i = 0; i < APPEND_TAIL.length; i++) if (frame[end + i] !== APPEND_TAIL[i]) return null;
+  return frame.subarray(APPEND_HEAD.length, end);
+}
+
+/** The samples of a text frame that is an append of strict base64 whole samples within the limit, else null. */
+export function fastAppend(frame: Uint8Array, maxFrameBytes: number): Buffer | null {
+  const audio = appendAudioBytes(frame);
+  if (!audio) return null;
+  const pcm = decodeBase64(audio, maxFrameBytes);
+  return pcm && pcm.length % 2 === 0 ? pcm : null;
 }
 
 /** A text frame of the native protocol. */
 export function parseText(text: string, maxFrameBytes: number): ClientCommand {
-  const pcm = fastAppend(text, maxFrameBytes);
-  if (pcm) return { kind: 'audio', pcm };
   const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
   if ('refused' in parsed) return parsed.refused;
   const m = parsed.msg;
@@ -149,13 +157,22 @@ export const frameTooLargeMessage = (size: number, maxFrameBytes: number): strin
 
 /** How a session speaks to its client: frames to commands, the session's events to what is sent. */
 export interface SessionProtocol {
+  /** A text frame read from its bytes without decoding it, when it is an append of valid audio; else null. */
+  parseAppendFrame(frame: Uint8Array, maxFrameBytes: number): ClientCommand | null;
   parseText(text: string, maxFrameBytes: number): ClientCommand;
   parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCommand;
   /** The frames sent for one of the session's (native) events; absent: the event as it is. */
   present?(ev: ServerEvent): ServerEvent[];
 }
 
-export const NATIVE_PROTOCOL: SessionProtocol = { parseText, parseBinary };
+export const NATIVE_PROTOCOL: SessionProtocol = {
+  parseAppendFrame(frame, maxFrameBytes) {
+    const pcm = fastAppend(frame, maxFrameBytes);
+    return pcm ? { kind: 'audio', pcm } : null;
+  },
+  parseText,
+  parseBinary,
+};
 
 // ---- server events ----------------------------------------------------------------------------
 

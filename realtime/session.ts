@@ -22,6 +22,8 @@ import { UtteranceTracker, type UtteranceDeps, type UtteranceHost } from './utte
 
 export { CLOSE, type CloseKind } from './closePolicy.js';
 
+const utf8 = new TextDecoder();
+
 export interface Transport {
   send(text: string): void;
   /** Bytes queued for the client and not yet written. */
@@ -162,9 +164,13 @@ export class RealtimeSession implements UtteranceHost {
     this.run(this.protocol.parseBinary(data, this.deps.config.maxFrameBytes));
   }
 
-  onText(text: string): void {
+  /** A text frame: its bytes as they arrived (uWS has checked their UTF-8), or a string. */
+  onText(frame: Uint8Array | string): void {
     if (this.state !== 'open') return;
-    this.run(this.protocol.parseText(text, this.deps.config.maxFrameBytes));
+    const max = this.deps.config.maxFrameBytes;
+    const bytes = typeof frame === 'string' ? Buffer.from(frame) : frame;
+    // Most text frames are appends: read from their bytes; anything else as a string.
+    this.run(this.protocol.parseAppendFrame(bytes, max) ?? this.protocol.parseText(utf8.decode(bytes), max));
   }
 
   private run(cmd: ClientCommand): void {

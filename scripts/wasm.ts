@@ -2,7 +2,7 @@
  * Compiles a WebAssembly text file (.wat) into a TypeScript module beside it
  * that embeds the binary in base64, so that the runtime needs no build step,
  * file lookup or compiler (wabt is a dev dependency only).
- *   npm run build:wasm            realtime/resample.wat -> realtime/resampleKernel.ts
+ *   npm run build:wasm            realtime/kernel.wat -> realtime/kernelBinary.ts
  * test/unit/realtime-wire.test.ts checks that the embedded binary is the
  * source's as compiled.
  */
@@ -14,7 +14,7 @@ import wabt from 'wabt';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** Each .wat source and the module it compiles into. */
-export const WASM_SOURCES = [{ wat: 'realtime/resample.wat', module: 'realtime/resampleKernel.ts' }];
+export const WASM_SOURCES = [{ wat: 'realtime/kernel.wat', module: 'realtime/kernelBinary.ts' }];
 
 export async function compileWat(file: string): Promise<Buffer> {
   const w = await wabt();
