@@ -202,6 +202,13 @@ export interface UtteranceOptions {
    * per-call normalisation more audio to work from.
    */
   minUtteranceSeconds?: number;
+  /**
+   * With `sameChannel`: a piece shorter than this goes on through a pause
+   * when the phrase after it is the same voice and channel (a steadier
+   * normalisation), and ends there when it is not (shared/audio/channel.ts).
+   */
+  joinUtteranceSeconds?: number;
+  sameChannel?: (piece: [number, number], next: [number, number]) => boolean;
 }
 
 /**
@@ -222,23 +229,26 @@ export function splitUtterances(envelope: Float32Array, duration: number, opts: 
   const threshold = speech - floor < 6 ? -Infinity : floor + (speech - floor) * 0.25;
   const minPause = Math.max(1, Math.round(opts.minPauseSeconds / FRAME_SECONDS));
   const minPiece = opts.minUtteranceSeconds ?? 0;
-  const cuts: number[] = [];
+  const joinPiece = opts.sameChannel ? Math.max(minPiece, opts.joinUtteranceSeconds ?? 0) : minPiece;
+  // Every pause long enough, then which of them end a piece.
+  const pauses: number[] = [];
   let runStart = -1;
   for (let f = 0; f <= envelope.length; f++) {
     const quiet = f < envelope.length && envelope[f] < threshold;
     if (quiet && runStart < 0) runStart = f;
     if (!quiet && runStart >= 0) {
-      const cut = ((runStart + f) / 2) * FRAME_SECONDS;
-      if (
-        f - runStart >= minPause &&
-        runStart > 0 &&
-        f < envelope.length &&
-        cut - (cuts.at(-1) ?? 0) >= minPiece
-      )
-        cuts.push(cut);
+      if (f - runStart >= minPause && runStart > 0 && f < envelope.length)
+        pauses.push(((runStart + f) / 2) * FRAME_SECONDS);
       runStart = -1;
     }
   }
+  const cuts: number[] = [];
+  pauses.forEach((cut, i) => {
+    const from = cuts.at(-1) ?? 0;
+    if (cut - from < minPiece) return;
+    if (cut - from >= joinPiece || !opts.sameChannel!([from, cut], [cut, pauses[i + 1] ?? duration]))
+      cuts.push(cut);
+  });
   const bounds = [0, ...cuts, duration];
   const out: Slice[] = [];
   for (let i = 0; i < bounds.length - 1; i++) {

@@ -93,6 +93,10 @@ export interface BatchConfig {
   utteranceMaxSeconds: number;
   /** A pause ends an utterance piece only once it is at least this long (0 = every pause; default 5 s, docs/decisions.md). */
   utteranceMinSeconds: number;
+  /** A shorter piece goes on through a pause into the same voice and channel (default 10 s; api/batch/pieces.ts). */
+  utteranceJoinSeconds: number;
+  /** Spectral shapes closer than this (dB RMS) are the same voice and channel (shared/audio/channel.ts). */
+  utteranceSameChannelDb: number;
   /** A running workflow holds a lease it renews; a crashed run is resumed after it lapses. */
   leaseSeconds: number;
   /** How often stale workflows (crashed runs, lost queue jobs) are looked for. */
@@ -143,6 +147,9 @@ export const SLICE_SEARCH_SECONDS = 10;
 export const UTTERANCE_MIN_PAUSE_SECONDS = 0.4;
 export const UTTERANCE_MAX_SECONDS = 30;
 export const UTTERANCE_MIN_SECONDS = 5;
+/** A piece shorter than this goes on through a pause into the same voice and channel; what counts as the same (dB). */
+export const UTTERANCE_JOIN_SECONDS = 10;
+export const UTTERANCE_SAME_CHANNEL_DB = 6;
 /** Attempts per chunk for retryable engine errors. */
 export const CHUNK_ATTEMPTS = 3;
 /** Decode (ffmpeg) wall-clock cap of a job's audio. */
@@ -194,6 +201,8 @@ export function batchConfig(env: Env): BatchConfig {
     utteranceMinPauseSeconds: UTTERANCE_MIN_PAUSE_SECONDS,
     utteranceMaxSeconds: UTTERANCE_MAX_SECONDS,
     utteranceMinSeconds: UTTERANCE_MIN_SECONDS,
+    utteranceJoinSeconds: UTTERANCE_JOIN_SECONDS,
+    utteranceSameChannelDb: UTTERANCE_SAME_CHANNEL_DB,
     leaseSeconds,
     // Three looks per lease: a crashed run resumes within about 1.3 leases.
     sweepIntervalMs: Math.max(100, Math.min(10_000, Math.floor((leaseSeconds * 1000) / 3))),

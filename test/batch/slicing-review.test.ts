@@ -18,8 +18,12 @@ import { Semaphore } from '../../shared/semaphore.js';
 import { aggregate } from '../../api/batch/steps/aggregate.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';
-import { buildRecording, tmpDir } from './helpers.js';
+import { audioDir, buildRecording, tmpDir } from './helpers.js';
 import { canonicalWavSamples } from '../../shared/audio/index.js';
+import { ChannelSignatures } from '../../shared/audio/channel.js';
+import { utterancePieces } from '../../api/batch/pieces.js';
+import { pcmOf } from '../speech/helpers.js';
+import { corpusPcm, loadCorpus } from '../speech/corpus.js';
 
 /** Envelope of `seconds` of loud audio with quiet gaps [start, end). */
 function synthetic(seconds: number, gaps: [number, number][]): Float32Array {
@@ -86,6 +90,66 @@ describe('batch: slicing at pauses', () => {
     const merged = splitUtterances(env, 20, { ...opts, minUtteranceSeconds: 8 });
     expect(merged).to.have.length(1);
     expect(merged[0]).to.include({ start: 0, end: 20 });
+  });
+
+  it('tells one voice from another by its spectral shape (what CMN would subtract)', async () => {
+    const sig = async (f: string) => {
+      const pcm = pcmOf(path.join(audioDir, f));
+      return { s: await ChannelSignatures.of(pcm), d: pcm.length / 32000 };
+    };
+    const halves = async (f: string) => {
+      const { s, d } = await sig(f);
+      return s.distance([0, d / 2], [d / 2, d])!;
+    };
+    // The two halves of one recording: the same.
+    for (const f of ['librispeech-1221-135766-0001.wav', 'librispeech-1089-134686-0001.wav', 'jfk.wav'])
+      expect(await halves(f), f).to.be.below(batchConfig({}).utteranceSameChannelDb);
+    // Recorded speakers side by side in one chunk: different.
+    const dir = tmpDir('channel-');
+    const order = ['jfk.wav', 'librispeech-1089-134686-0001.wav', 'librispeech-1221-135766-0001.wav'];
+    const pcm = pcmOf(buildRecording(path.join(dir, 'm.wav'), order, 0.7));
+    const s = await ChannelSignatures.of(pcm);
+    let at = 0;
+    const spans = order.map((f) => {
+      const d = pcmOf(path.join(audioDir, f)).length / 32000;
+      const span: [number, number] = [at, at + d];
+      at += d + 0.7;
+      return span;
+    });
+    expect(s.distance(spans[0], spans[1])).to.be.above(6);
+    expect(s.distance(spans[1], spans[2])).to.be.above(6);
+    expect(s.distance([0, 0.1], spans[1]), 'too short to tell').to.equal(null);
+  });
+
+  it('joins phrases of one voice into pieces of utteranceJoinSeconds, and never across a change of speaker', async () => {
+    const config = batchConfig({});
+    // A long-form file of one synthetic voice: its phrases join into pieces of 10 s or more.
+    const long = loadCorpus('long').find((c) => c.voice.includes('rms'))!;
+    const oneVoice = corpusPcm(long).subarray(0, 120 * 32000);
+    const joined = await utterancePieces(oneVoice, config);
+    const unjoined = await utterancePieces(oneVoice, { ...config, utteranceJoinSeconds: 0 });
+    expect(unjoined.length).to.be.above(joined.length * 1.4);
+    for (const p of joined.slice(0, -1))
+      expect(p.end - p.start).to.be.at.least(config.utteranceJoinSeconds - 1.5);
+    // Recorded speakers one after another, 0.7 s apart: every piece is one speaker's.
+    const order = [
+      'jfk.wav',
+      'librispeech-1221-135766-0001.wav',
+      'librispeech-1089-134686-0001.wav',
+      'jfk.wav',
+    ];
+    const pcm = pcmOf(buildRecording(path.join(tmpDir('join-'), 'm.wav'), order, 0.7));
+    const changes: number[] = [];
+    let at = 0;
+    for (const f of order.slice(0, -1)) {
+      at += pcmOf(path.join(audioDir, f)).length / 32000 + 0.35;
+      changes.push(at);
+      at += 0.35;
+    }
+    const pieces = await utterancePieces(pcm, config);
+    for (const p of pieces)
+      for (const c of changes)
+        expect(c > p.start + 0.5 && c < p.end - 0.5, `${p.start}-${p.end} spans ${c}`).to.equal(false);
   });
 
   it('on real speech, cuts fall in the pauses between clips', async () => {

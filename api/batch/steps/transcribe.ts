@@ -6,16 +6,11 @@
 import { setMaxListeners } from 'node:events';
 import type { BatchConfig } from '../../../shared/config/batch.js';
 import { readRange } from '../audio.js';
+import { utterancePieces } from '../pieces.js';
 import { runStep } from '../run/attempts.js';
 import type { RunContext } from '../run/context.js';
 import { Semaphore } from '../../../shared/semaphore.js';
-import {
-  energyEnvelope,
-  SAMPLE_RATE,
-  sliceByteRange,
-  splitUtterances,
-  type Slice,
-} from '../../../shared/audio/slicing.js';
+import { sliceByteRange, type Slice } from '../../../shared/audio/slicing.js';
 import type { ChunkCheckpoint } from '../types.js';
 import { chunkStep } from './order.js';
 import type { ProbeOutput } from './probe.js';
@@ -102,14 +97,7 @@ async function transcribeChunk(
   const { config } = d;
   const { start, end } = sliceByteRange(slice);
   const pcm = await readRange(pcmFile, start, end);
-  const seconds = pcm.length / 2 / SAMPLE_RATE;
-  const pieces = config.splitUtterances
-    ? splitUtterances(energyEnvelope(pcm), seconds, {
-        minPauseSeconds: config.utteranceMinPauseSeconds,
-        maxUtteranceSeconds: config.utteranceMaxSeconds,
-        minUtteranceSeconds: config.utteranceMinSeconds,
-      })
-    : [{ index: 0, start: 0, end: seconds }];
+  const pieces = await utterancePieces(pcm, config);
   d.hooks?.onEngineCall?.(row.id, slice.index);
   const segments: ChunkCheckpoint['segments'] = [];
   const words: ChunkCheckpoint['words'] = [];

@@ -11,6 +11,8 @@
  *
  *   npx tsx test/bench/batch/pieces.ts [chunk_seconds=300] [min_seconds=0,10,20,30] [--whole]
  *
+ * (each list of minimums is followed by the workflow's own cut, `shipped`: api/batch/pieces.ts)
+ *
  * (`--whole` also decodes the long chunk whole: one call, a few minutes.)
  */
 import fs from 'node:fs';
@@ -21,10 +23,13 @@ import { BuiltinEngine } from '../../../shared/stt/builtin.js';
 import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../shared/audio/slicing.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { buildRecording, tmpDir } from '../../batch/helpers.js';
+import { utterancePieces } from '../../../api/batch/pieces.js';
 import { fmt } from '../speech/common.js';
 
 const chunkSeconds = Number(process.argv[2] ?? 300);
-const mins = (process.argv[3]?.startsWith('--') ? '0,10,20,30' : (process.argv[3] ?? '0,10,20,30')).split(',').map(Number);
+const mins = (process.argv[3]?.startsWith('--') ? '0,10,20,30' : (process.argv[3] ?? '0,10,20,30'))
+  .split(',')
+  .map(Number);
 const config = loadConfig(
   { STT_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '900000' },
   // All pieces are queued at once (the workflow holds them in its own slots instead).
@@ -34,17 +39,21 @@ const engine = new BuiltinEngine(config.speech.builtin, createLogger({ level: 'w
 await engine.ready();
 const clips = loadClips();
 
-/** Decodes `pcm` cut as `how` says (a minimum piece length, or 'whole'), pieces in parallel. */
-async function decode(pcm: Buffer, how: number | 'whole') {
+type How = number | 'whole' | 'shipped';
+
+/** Decodes `pcm` cut as `how` says (a minimum piece length, 'whole', or the workflow's own cut), pieces in parallel. */
+async function decode(pcm: Buffer, how: How) {
   const seconds = pcm.length / 32000;
   const pieces =
     how === 'whole'
       ? [{ index: 0, start: 0, end: seconds }]
-      : splitUtterances(energyEnvelope(pcm), seconds, {
-          minPauseSeconds: config.batch.utteranceMinPauseSeconds,
-          maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
-          minUtteranceSeconds: how,
-        });
+      : how === 'shipped'
+        ? await utterancePieces(pcm, config.batch)
+        : splitUtterances(energyEnvelope(pcm), seconds, {
+            minPauseSeconds: config.batch.utteranceMinPauseSeconds,
+            maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
+            minUtteranceSeconds: how,
+          });
   const t0 = Date.now();
   const rss0 = process.memoryUsage().rss;
   let rssPeak = rss0;
@@ -65,13 +74,20 @@ async function decode(pcm: Buffer, how: number | 'whole') {
   };
 }
 
-const hows: (number | 'whole')[] = ['whole', ...mins];
-const label = (h: number | 'whole') => (h === 'whole' ? 'whole chunk' : `split, pieces >= ${h} s`);
+const hows: How[] = ['whole', ...mins, 'shipped'];
+const label = (h: How) =>
+  h === 'whole'
+    ? 'whole chunk'
+    : h === 'shipped'
+      ? `shipped: >= ${config.batch.utteranceMinSeconds} s, joined to ${config.batch.utteranceJoinSeconds} s within a channel`
+      : `split, pieces >= ${h} s`;
 
 // ---- 1. the clips, each one chunk ----
 const nWords = clips.map((c) => c.reference.split(/\s+/).length);
 const total = nWords.reduce((a, x) => a + x, 0);
-console.log(`| cut (per clip) | WER (word-weighted) | worst clip vs whole | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`);
+console.log(
+  `| cut (per clip) | WER (word-weighted) | worst clip vs whole | ${clips.map((c) => c.file.replace('.wav', '')).join(' | ')} |`,
+);
 console.log(`|---|---|---|${clips.map(() => '---').join('|')}|`);
 let whole: number[] = [];
 for (const how of hows) {
@@ -97,9 +113,11 @@ while (seconds < chunkSeconds) {
 const recording = buildRecording(path.join(dir, 'long.wav'), order, 0.7);
 const pcm = pcmOf(recording);
 const reference = order.map((f) => clips.find((c) => c.file === f)!.reference).join(' ');
-console.log(`\n| cut (${fmt(pcm.length / 32000, 0)} s chunk, 2 decoder threads) | WER | pieces | engine time | RTF | wall | RSS growth |`);
+console.log(
+  `\n| cut (${fmt(pcm.length / 32000, 0)} s chunk, 2 decoder threads) | WER | pieces | engine time | RTF | wall | RSS growth |`,
+);
 console.log('|---|---|---|---|---|---|---|');
-for (const how of process.argv.includes('--whole') ? hows : mins) {
+for (const how of process.argv.includes('--whole') ? hows : [...mins, 'shipped' as const]) {
   const r = await decode(pcm, how);
   console.log(
     `| ${label(how)} | ${fmt(wer(reference, r.text) * 100)}% | ${r.pieces} | ${fmt(r.engineMs / 1000)} s | ${fmt(r.engineMs / 1000 / (pcm.length / 32000), 3)} | ${fmt(r.wallMs / 1000)} s | ${fmt(r.rssGrowthMb, 0)} MiB |`,

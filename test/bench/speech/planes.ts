@@ -29,7 +29,8 @@ import os from 'node:os';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
-import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../shared/audio/slicing.js';
+import { sliceByteRange } from '../../../shared/audio/slicing.js';
+import { utterancePieces } from '../../../api/batch/pieces.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { startSpeechApp } from '../../speech/app.js';
 import {
@@ -209,11 +210,7 @@ if (CAPACITY)
 const batchText: string[] = [];
 for (const c of clips) {
   const pcm = pcmOf(c.path);
-  const pieces = splitUtterances(energyEnvelope(pcm), pcm.length / 32000, {
-    minPauseSeconds: config.batch.utteranceMinPauseSeconds,
-    maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
-    minUtteranceSeconds: config.batch.utteranceMinSeconds,
-  });
+  const pieces = await utterancePieces(pcm, config.batch);
   const results = await Promise.all(
     pieces.map((p) => {
       const r = sliceByteRange(p);

@@ -22,7 +22,8 @@ import fs from 'node:fs';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
-import { energyEnvelope, sliceByteRange, splitUtterances } from '../../../shared/audio/slicing.js';
+import { sliceByteRange } from '../../../shared/audio/slicing.js';
+import { utterancePieces } from '../../../api/batch/pieces.js';
 import { wer } from '../../speech/helpers.js';
 import { startSpeechApp } from '../../speech/app.js';
 import {
@@ -177,11 +178,7 @@ await ctx.close();
 
 // ---- batch ----
 async function batchText(pcm: Buffer): Promise<{ text: string; words: TimedWord[] }> {
-  const pieces = splitUtterances(energyEnvelope(pcm), pcm.length / 32000, {
-    minPauseSeconds: config.batch.utteranceMinPauseSeconds,
-    maxUtteranceSeconds: config.batch.utteranceMaxSeconds,
-    minUtteranceSeconds: config.batch.utteranceMinSeconds,
-  });
+  const pieces = await utterancePieces(pcm, config.batch);
   const results = await Promise.all(
     pieces.map(async (p) => {
       const r = sliceByteRange(p);
