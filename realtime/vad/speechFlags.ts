@@ -8,6 +8,11 @@
  * - speech hold: inside an open utterance, a window well above the noise
  *   floor right after a model "speech" answer counts as speech without the
  *   model, at most `maxSkip` windows in a row;
+ * - quiet ends: inside an open utterance, a window no louder than the gate
+ *   or `quietDb` above the noise floor is silence whatever the model says.
+ *   The model still hears it (its state stays that of the whole stream), but
+ *   its answer, which trails off for about 100 ms after speech ends, does not
+ *   hold the utterance open;
  * - without a model, an energy threshold (`ENERGY_FALLBACK_MARGIN_DB` above
  *   the gate).
  */
@@ -25,6 +30,9 @@ export class SpeechFlags {
   private readonly releaseAfterW: number;
   private readonly holdRatio: number;
   private readonly maxSkip: number;
+  private readonly quietRatio: number;
+  /** The window waiting for the model is quiet (its answer is silence). */
+  private quietWait = false;
   /** The last window's samples as floats, for the model. */
   private readonly scratch = new Float32Array(WINDOW_SAMPLES);
   private classifier: Classifier | null = null;
@@ -48,6 +56,7 @@ export class SpeechFlags {
     this.releaseAfterW = Math.max(0, Math.round(opts.releaseAfterMs / windowMs));
     this.holdRatio = opts.holdDb ? Math.pow(10, opts.holdDb / 20) : 0;
     this.maxSkip = opts.maxSkip ?? 0;
+    this.quietRatio = opts.quietDb ? Math.pow(10, opts.quietDb / 20) : 0;
   }
 
   get holdsModel(): boolean {
@@ -117,11 +126,16 @@ export class SpeechFlags {
       this.classifier = this.source.acquire(s.threshold);
       this.classifierThreshold = s.threshold;
     }
+    const quiet =
+      this.quietRatio > 0 && s.open && rms <= Math.max(this.gateRms, this.noiseFloor * this.quietRatio);
     let speech: boolean;
     if (this.classifier) {
       this.modelCalls++;
       if (isDeferred(this.classifier)) {
-        if (!this.classifier.submit(this.scratch)) return WAIT;
+        if (!this.classifier.submit(this.scratch)) {
+          this.quietWait = quiet;
+          return WAIT;
+        }
         speech = this.classifier.take();
       } else {
         speech = this.classifier.isSpeech(this.scratch);
@@ -129,6 +143,7 @@ export class SpeechFlags {
     } else {
       speech = rms >= this.fallbackRms;
     }
+    speech &&= !quiet;
     this.afterModel(rms, speech);
     return speech;
   }
@@ -137,7 +152,8 @@ export class SpeechFlags {
   answer(rms: number): boolean | null {
     const c = this.classifier as DeferredClassifier | null;
     if (!c) return null;
-    const speech = c.take();
+    const speech = c.take() && !this.quietWait;
+    this.quietWait = false;
     this.afterModel(rms, speech);
     return speech;
   }

@@ -98,6 +98,8 @@ export interface RealtimeConfig {
     holdDb: number;
     /** At most this many consecutive windows skipped by the hold. */
     maxSkip: number;
+    /** Quiet ends (realtime/vad/speechFlags.ts): dB above the noise floor at which an open utterance's window is silence; 0 = off. */
+    quietDb: number;
   };
   /** Allowed upper bound for a session's vadMaxSpeechMs. */
   maxSpeechMsCap: number;
@@ -150,7 +152,7 @@ export const MAX_SPEECH_MS_CAP = 60_000;
 export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   vad: true,
   threshold: 0.5,
-  silenceMs: 500,
+  silenceMs: 300,
   prefixMs: 300,
   minSpeechMs: 250,
   targetSpeechMs: 15_000,
@@ -169,6 +171,7 @@ export const VAD_TUNING = {
   batchWindows: 64,
   holdDb: 6,
   maxSkip: 4,
+  quietDb: 6,
 } as const;
 
 export function realtimeConfig(env: Env): RealtimeConfig {

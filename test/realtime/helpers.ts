@@ -90,6 +90,7 @@ export async function testVad(config: Config): Promise<VadService> {
     gateDbfs: v.gateDbfs,
     releaseAfterMs: v.releaseAfterMs,
     holdDb: v.holdDb,
+    quietDb: v.quietDb,
     maxSkip: v.maxSkip,
   });
 }

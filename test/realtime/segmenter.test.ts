@@ -157,6 +157,39 @@ describe('realtime VAD segmenter policy', () => {
     expect(stops(evs)[0].pcm.length).to.equal(refStops[0].pcm.length);
   });
 
+  it('quiet ends: a window at the floor ends speech at once, though the model trails on (quietDb)', () => {
+    /** Like silero: "speech" goes on for 4 windows after the sound stops. */
+    class Trailing {
+      private after = 99;
+      acquire(): WindowClassifier {
+        return {
+          isSpeech: (w) => {
+            let s = 0;
+            for (const v of w) s += v * v;
+            this.after = Math.sqrt(s / w.length) > 0.03 ? 0 : this.after + 1;
+            return this.after <= 4;
+          },
+          release: () => {},
+        };
+      }
+    }
+    // Pauses of digital silence (below the gate) and of a noise floor (q, heard before the speech).
+    for (const pause of ['.', 'q']) {
+      const input = pcm('qqqq' + 'S'.repeat(10) + pause.repeat(12));
+      const quiet = new Segmenter(BASE, new Trailing(), { gateDbfs: -50, releaseAfterMs: 10_000, quietDb: 6 });
+      const [stop] = stops(quiet.push(input));
+      expect(stop?.reason, pause).to.equal('end_of_speech');
+      // 3 prefix windows + 10 speech + 3 trailing pad: the silence counted from the first quiet window.
+      expect(stop.pcm.length, pause).to.equal(16 * WINDOW_BYTES);
+      // Without the rule the trailing answers hold it open: 12 windows of pause are not yet 10 of silence.
+      const modelOnly = new Segmenter(BASE, new Trailing(), { gateDbfs: -50, releaseAfterMs: 10_000 });
+      expect(stops(modelOnly.push(input)), pause).to.have.length(0);
+    }
+    // A pause louder than the floor by more than quietDb is the model's to judge.
+    const loudPause = new Segmenter(BASE, new Trailing(), { gateDbfs: -50, releaseAfterMs: 10_000, quietDb: 6 });
+    expect(stops(loudPause.push(pcm('qqqq' + 'S'.repeat(10) + 'm'.repeat(12))))).to.have.length(0);
+  });
+
   it('streamAudio: audio events between start and stop add up to the stop pcm, in any frame size, with every cut', () => {
     const settings = { ...BASE, maxSpeechMs: 1280, targetSpeechMs: 1280, smartSplitWindowMs: 320 };
     const audio = pcm(

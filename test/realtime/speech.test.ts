@@ -16,6 +16,7 @@ import type { SpeechEngine, TranscribeRequest, TranscribeResult } from '../../sh
 import { Segmenter } from '../../realtime/vad/segmenter.js';
 import { pushThrough } from '../../realtime/vad/rounds.js';
 import { ThreadedVad } from '../../realtime/vad/service.js';
+import { corpusPcm, loadCorpus } from '../speech/corpus.js';
 import {
   createRealtimeContext,
   connect,
@@ -171,6 +172,38 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     seg.close();
   });
 
+  it('an utterance ends where the speech does: silence counted from the last audible window (quiet ends)', async () => {
+    const config = loadConfig({});
+    const pool = await testVadPool(config);
+    const v = config.realtime.vad;
+    const settings = { ...config.realtime.vadDefaults, sentenceEndSilenceMs: 0 };
+    const pad = Math.min(settings.prefixMs, Math.round(settings.silenceMs / 32) * 32);
+    /** Each end_of_speech stop's last speech window against the nearest sentence end (seconds, + = late). */
+    const lags = async (quietDb: number) => {
+      const out: number[] = [];
+      // Every voice, with and without a noise floor (the corpus alternates conditions).
+      for (const c of loadCorpus('short').filter((_, i) => i % 4 === 0)) {
+        const seg = new Segmenter(settings, pool, { ...v, quietDb });
+        const evs = await pushThrough(seg, pool, Buffer.concat([silence(300), corpusPcm(c), silence(1000)]));
+        seg.close();
+        for (const e of evs) {
+          if (e.type !== 'stop' || e.reason !== 'end_of_speech') continue;
+          const last = (e.audioEndMs - pad) / 1000 - 0.3;
+          const end = c.speech.map(([, b]) => b).sort((a, b) => Math.abs(a - last) - Math.abs(b - last))[0];
+          out.push(last - end);
+        }
+      }
+      return out.sort((a, b) => a - b);
+    };
+    const p95 = (xs: number[]) => xs[Math.ceil(0.95 * xs.length) - 1];
+    const quiet = await lags(v.quietDb);
+    const modelOnly = await lags(0);
+    expect(quiet.length).to.be.at.least(20);
+    // Silero's answers trail off over about 100 ms (p95 about 200 ms on this corpus).
+    expect(p95(modelOnly), 'the model alone').to.be.greaterThan(0.12);
+    expect(p95(quiet), JSON.stringify(quiet)).to.be.at.most(0.07);
+  });
+
   it('segmentation in worker threads gives the same utterances as in the server thread', async () => {
     const config = loadConfig({});
     const v = config.realtime.vad;
@@ -181,7 +214,7 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
         const { key } = await c.issueKey('pro');
         const cl = await connect(c.url, bearer(key));
         await cl.next('session.created');
-        await cl.stream(Buffer.concat([readPcm('jfk.wav'), silence(1000)]), { pace: 8 });
+        await cl.stream(Buffer.concat([readPcm('jfk.wav'), silence(1000)]), { pace: 2 });
         await cl.finals(60_000);
         cl.ws.close(1000);
         return cl

@@ -35,6 +35,7 @@ const segOpts = {
   gateDbfs: v.gateDbfs,
   releaseAfterMs: v.releaseAfterMs,
   holdDb: v.holdDb,
+  quietDb: v.quietDb,
   maxSkip: v.maxSkip,
 };
 /** Streams differ in threshold and silence so that every stream blocks and resumes on its own schedule. */
