@@ -198,6 +198,8 @@ for (const c of LATENCY_ONLY ? [] : clips) {
 
 // ---- long form: batch against the largest pieces ----
 const longRows: string[] = [];
+/** Batch word-start errors on the long-form files (pooled with the short clips' in the report). */
+const longStarts: number[] = [];
 if (LONG)
   for (const c of loadCorpus('long')) {
     const pcm = corpusPcm(c);
@@ -221,6 +223,7 @@ if (LONG)
       at = end;
     }
     const t = timing(c, b.words);
+    longStarts.push(...t.startErrors);
     longRows.push(
       `| ${c.file} | ${fmt(pcm.length / 32000 / 60)} min | ${fmt(100 * wer(c.reference, b.text))}% | ${fmt(100 * wer(c.reference, big.join(' ')))}% | ${fmt(percentile(t.startErrors, 95), 3)} s | ${t.outside.length} |`,
     );
@@ -297,6 +300,12 @@ if (longRows.length) {
   );
   console.log('|---|---|---|---|---|---|');
   for (const r of longRows) console.log(r);
+  const starts = clips
+    .flatMap((c, i) => (batch.words[i] ? timing(c, batch.words[i]).startErrors : []))
+    .concat(longStarts);
+  console.log(
+    `\nBatch word starts over the whole generated corpus (short clips and long-form files, ${starts.length} sentence starts): p50 ${fmt(percentile(starts, 50), 3)} s, p95 ${fmt(percentile(starts, 95), 3)} s`,
+  );
 }
 if (process.argv.includes('--clips')) {
   console.log(`\n| clip | ${planes.map(([n]) => n).join(' | ')} |`);
