@@ -9,7 +9,8 @@
  *   floor right after a model "speech" answer counts as speech without the
  *   model, at most `maxSkip` windows in a row;
  * - quiet ends: inside an open utterance, a window no louder than the gate
- *   or `quietDb` above the noise floor is silence whatever the model says.
+ *   or `quietDb` above the noise floor, and 20 dB below the utterance's
+ *   loudest window, is silence whatever the model says.
  *   The model still hears it (its state stays that of the whole stream), but
  *   its answer, which trails off for about 100 ms after speech ends, does not
  *   hold the utterance open;
@@ -19,6 +20,12 @@
 import { WINDOW_SAMPLES, isDeferred, type Classifier, type DeferredClassifier } from './silero.js';
 import type { ClassifierSource, SegmenterOptions } from './segmenterTypes.js';
 
+/**
+ * Quiet ends apply only to windows this far below the loudest window of the
+ * utterance: at a low signal-to-noise ratio speech itself sits within
+ * `quietDb` of the floor, and only the model can tell it from the noise.
+ */
+const QUIET_BELOW_PEAK_DB = 20;
 /** Fallback speech test when no model is available: this many dB above the gate. */
 const ENERGY_FALLBACK_MARGIN_DB = 15;
 /** classify(): the window waits for a batched model call. */
@@ -33,6 +40,9 @@ export class SpeechFlags {
   private readonly quietRatio: number;
   /** The window waiting for the model is quiet (its answer is silence). */
   private quietWait = false;
+  /** Loudest window (RMS) of the open utterance or candidate. */
+  private peak = 0;
+  private readonly peakRatio = Math.pow(10, QUIET_BELOW_PEAK_DB / 20);
   /** The last window's samples as floats, for the model. */
   private readonly scratch = new Float32Array(WINDOW_SAMPLES);
   private classifier: Classifier | null = null;
@@ -103,6 +113,7 @@ export class SpeechFlags {
    */
   classify(rms: number, s: { idle: boolean; open: boolean; threshold: number }): boolean | typeof WAIT {
     this.windows++;
+    this.peak = s.idle ? 0 : Math.max(this.peak, rms);
     if (s.idle && rms < this.gateRms) {
       this.gatedRun++;
       this.lastModelSpeech = false;
@@ -127,7 +138,10 @@ export class SpeechFlags {
       this.classifierThreshold = s.threshold;
     }
     const quiet =
-      this.quietRatio > 0 && s.open && rms <= Math.max(this.gateRms, this.noiseFloor * this.quietRatio);
+      this.quietRatio > 0 &&
+      s.open &&
+      rms <= Math.max(this.gateRms, this.noiseFloor * this.quietRatio) &&
+      rms * this.peakRatio <= this.peak;
     let speech: boolean;
     if (this.classifier) {
       this.modelCalls++;

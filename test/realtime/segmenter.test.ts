@@ -176,7 +176,11 @@ describe('realtime VAD segmenter policy', () => {
     // Pauses of digital silence (below the gate) and of a noise floor (q, heard before the speech).
     for (const pause of ['.', 'q']) {
       const input = pcm('qqqq' + 'S'.repeat(10) + pause.repeat(12));
-      const quiet = new Segmenter(BASE, new Trailing(), { gateDbfs: -50, releaseAfterMs: 10_000, quietDb: 6 });
+      const quiet = new Segmenter(BASE, new Trailing(), {
+        gateDbfs: -50,
+        releaseAfterMs: 10_000,
+        quietDb: 6,
+      });
       const [stop] = stops(quiet.push(input));
       expect(stop?.reason, pause).to.equal('end_of_speech');
       // 3 prefix windows + 10 speech + 3 trailing pad: the silence counted from the first quiet window.
@@ -186,8 +190,32 @@ describe('realtime VAD segmenter policy', () => {
       expect(stops(modelOnly.push(input)), pause).to.have.length(0);
     }
     // A pause louder than the floor by more than quietDb is the model's to judge.
-    const loudPause = new Segmenter(BASE, new Trailing(), { gateDbfs: -50, releaseAfterMs: 10_000, quietDb: 6 });
+    const loudPause = new Segmenter(BASE, new Trailing(), {
+      gateDbfs: -50,
+      releaseAfterMs: 10_000,
+      quietDb: 6,
+    });
     expect(stops(loudPause.push(pcm('qqqq' + 'S'.repeat(10) + 'm'.repeat(12))))).to.have.length(0);
+  });
+
+  it('quiet ends leave low signal-to-noise speech to the model (within 20 dB of the loudest window)', () => {
+    /** Hears speech a few dB above a noise floor (rms 0.018 over a floor of 0.012). */
+    const keen = {
+      acquire: (): WindowClassifier => ({
+        isSpeech: (w) => {
+          let s = 0;
+          for (const v of w) s += v * v;
+          return Math.sqrt(s / w.length) > 0.015;
+        },
+        release: () => {},
+      }),
+    };
+    // Floor from q windows (-38 dBFS), then 20 windows of speech only 3.5 dB above it, then the floor.
+    const seg = new Segmenter(BASE, keen, { gateDbfs: -50, releaseAfterMs: 10_000, quietDb: 6 });
+    const all = stops(seg.push(Buffer.concat([pcm('qqqq'), pcm('S'.repeat(20), 600), pcm('q'.repeat(12))])));
+    expect(all.map((x) => x.reason)).to.deep.equal(['end_of_speech']);
+    // 3 prefix windows + all 20 of speech + 3 trailing pad: not cut inside the speech.
+    expect(all[0].pcm.length).to.equal(26 * WINDOW_BYTES);
   });
 
   it('streamAudio: audio events between start and stop add up to the stop pcm, in any frame size, with every cut', () => {
