@@ -40,8 +40,9 @@ export interface SegmenterOptions {
   maxSkip?: number;
   /**
    * Quiet ends: inside an open utterance, a window at most this many dB above
-   * the stream's noise floor (or below the gate) is silence whatever the
-   * model says (speechFlags.ts); 0 or absent: the model alone.
+   * the stream's noise floor (or below the gate), and 20 dB below the
+   * utterance's loudest window, is silence whatever the model says
+   * (speechFlags.ts); 0 or absent: the model alone.
    */
   quietDb?: number;
   /** Emit `audio` events while an utterance is open (see above). */

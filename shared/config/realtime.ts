@@ -98,7 +98,7 @@ export interface RealtimeConfig {
     holdDb: number;
     /** At most this many consecutive windows skipped by the hold. */
     maxSkip: number;
-    /** Quiet ends (realtime/vad/speechFlags.ts): dB above the noise floor at which an open utterance's window is silence; 0 = off. */
+    /** Quiet ends (realtime/vad/speechFlags.ts): dB above the noise floor at which an open utterance's window (20 dB below its loudest) is silence; 0 = off. */
     quietDb: number;
   };
   /** Allowed upper bound for a session's vadMaxSpeechMs. */
