@@ -5,8 +5,11 @@
  *
  * Policy (all lengths are rounded to whole windows):
  * - an utterance opens once `minSpeechMs` of speech windows have been heard
- *   (before `silenceMs` of silence breaks the candidate); it carries
- *   `prefixMs` of audio from before the onset;
+ *   (before `silenceMs`, or the longer `candidateGapMs`, of silence breaks
+ *   the candidate), the model's own "speech" among them: soft windows (above
+ *   silero's exit threshold, speechFlags.ts) count, but only from
+ *   `SOFT_ONSET_MS` before it; it carries `prefixMs` of audio from before
+ *   the onset;
  * - it ends after `silenceMs` of silence (reason `end_of_speech`), keeping at
  *   most `prefixMs` of that silence as trailing padding;
  * - with `sentenceEndSilenceMs` (shorter than `silenceMs`) and `streamAudio`,
@@ -47,19 +50,30 @@ import type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } f
 
 /** A pause that ends an utterance past its target length. */
 const TARGET_PAUSE_MS = 160;
+/**
+ * Soft windows (speechFlags.ts) count toward a candidate for at most this
+ * long before the model's own "speech": the soft onset of a quiet phrase.
+ */
+const SOFT_ONSET_MS = 1000;
 
 const EMPTY = Buffer.alloc(0);
 const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
+const SOFT_ONSET_W = ms2w(SOFT_ONSET_MS);
 
 interface Win {
   pcm: Buffer;
   rms: number;
   speech: boolean;
+  /** Speech only by the model's exit threshold (before an utterance opens; speechFlags.ts). */
+  soft: boolean;
 }
 
 export class Segmenter {
   private settings!: SegmenterSettings;
   private silenceW = 0;
+  /** Silence that breaks a candidate: at least `silenceW`. */
+  private candidateGapW = 0;
+  private readonly candidateGapMs: number;
   private prefixW = 0;
   private minSpeechW = 0;
   private targetW = 0;
@@ -87,6 +101,8 @@ export class Segmenter {
   private curStartPos = 0;
   private open = false;
   private speechW = 0;
+  /** The candidate holds a window the model itself called speech (soft ones alone never open an utterance). */
+  private heard = false;
   private silenceRun = 0;
   private lastSpeechIdx = -1;
   /** Speech flags per window (the model, its gate and hold). */
@@ -95,6 +111,7 @@ export class Segmenter {
   constructor(settings: SegmenterSettings, source: ClassifierSource | null, opts: SegmenterOptions) {
     this.flags = new SpeechFlags(source, opts, WINDOW_MS);
     this.streamAudio = opts.streamAudio ?? false;
+    this.candidateGapMs = opts.candidateGapMs ?? 0;
     this.configure(settings);
   }
 
@@ -103,6 +120,7 @@ export class Segmenter {
     this.assertNotBlocked();
     this.settings = { ...s };
     this.silenceW = Math.max(1, ms2w(s.silenceMs));
+    this.candidateGapW = Math.max(this.silenceW, ms2w(this.candidateGapMs));
     this.prefixW = ms2w(s.prefixMs);
     this.minSpeechW = Math.max(1, ms2w(s.minSpeechMs));
     this.maxW = Math.max(1, ms2w(s.maxSpeechMs));
@@ -155,6 +173,7 @@ export class Segmenter {
     const speech = this.flags.answer(w.rms);
     if (speech === null) return out;
     w.speech = speech;
+    w.soft = this.flags.softOnly;
     this.afterClassify(w, out);
     this.advance(out);
     return out;
@@ -167,13 +186,14 @@ export class Segmenter {
     while (!this.judgingPause && buf.length - off >= WINDOW_BYTES) {
       const pcm = buf.subarray(off, off + WINDOW_BYTES);
       off += WINDOW_BYTES;
-      const w: Win = { pcm, rms: this.flags.rmsOf(pcm), speech: false };
+      const w: Win = { pcm, rms: this.flags.rmsOf(pcm), speech: false, soft: false };
       const speech = this.classify(w);
       if (speech === WAIT) {
         this.awaiting = w;
         break;
       }
       w.speech = speech;
+      w.soft = this.flags.softOnly;
       this.afterClassify(w, out);
     }
     this.remainder = off < buf.length ? buf.subarray(off) : EMPTY;
@@ -191,8 +211,7 @@ export class Segmenter {
     const tail = this.remainder;
     this.remainder = EMPTY;
     if (!this.open) {
-      const hasSpeech =
-        this.cur.some((w) => w.speech) || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
+      const hasSpeech = this.heard || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
       if (!hasSpeech) {
         if (tail.length > 0) this.pos += tail.length / WINDOW_BYTES;
         return out;
@@ -269,6 +288,7 @@ export class Segmenter {
     this.cur.push(w);
     if (w.speech) {
       this.speechW++;
+      if (!w.soft) this.heard = true;
       this.silenceRun = 0;
       this.lastSpeechIdx = this.cur.length - 1;
     } else {
@@ -286,14 +306,21 @@ export class Segmenter {
         return;
       }
       this.addToCurrent(w);
-      if (this.silenceRun >= this.silenceW) {
+      if (this.silenceRun >= this.candidateGapW) {
         // Candidate broken before it reached the minimum speech length.
         const old = this.cur;
         this.resetCur();
         for (const x of old) this.pushPrefix(x);
         return;
       }
-      if (this.speechW >= this.minSpeechW || !this.settings.vad) this.announce(out);
+      if (!this.heard && this.cur.length > SOFT_ONSET_W) {
+        // Soft windows alone: only the last SOFT_ONSET_MS of them count (and held audio stays bounded).
+        const x = this.cur.shift()!;
+        if (x.speech) this.speechW--;
+        this.lastSpeechIdx--;
+        this.pushPrefix(x);
+      }
+      if ((this.speechW >= this.minSpeechW && this.heard) || !this.settings.vad) this.announce(out);
       else return;
     } else {
       this.addToCurrent(w);
@@ -356,6 +383,7 @@ export class Segmenter {
   private resetCur(): void {
     this.cur = [];
     this.speechW = 0;
+    this.heard = false;
     this.silenceRun = 0;
     this.lastSpeechIdx = -1;
   }

@@ -45,6 +45,12 @@ export interface SegmenterOptions {
    * (speechFlags.ts); 0 or absent: the model alone.
    */
   quietDb?: number;
+  /**
+   * A candidate (speech heard, not yet `minSpeechMs` of it) is broken by
+   * silence this long, or the session's `silenceMs` when longer: a quiet
+   * phrase heard in bursts stays one candidate. Absent: `silenceMs`.
+   */
+  candidateGapMs?: number;
   /** Emit `audio` events while an utterance is open (see above). */
   streamAudio?: boolean;
 }

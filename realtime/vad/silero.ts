@@ -20,7 +20,9 @@
  *   64 samples of the current one, so a stream's first window after a reset
  *   is not classified (false);
  * - silero's hysteresis: two windows above `threshold` enter speech, two
- *   windows at or below `threshold - 0.15` leave it.
+ *   windows at or below `threshold - 0.15` (the exit threshold) leave it.
+ *   `soft()` says whether the last window's probability was above the exit
+ *   threshold, for an owner that holds a phrase open (speechFlags.ts).
  * (Checked against sherpa on the test clips by the benchmark above.)
  *
  * Classifiers are pooled only for accounting and the `max` bound: a stream
@@ -42,11 +44,15 @@ const HIDDEN = 128;
 /** Hysteresis lengths in samples: one window (as sherpa with 0.032 s min speech/silence). */
 const MIN_SPEECH_SAMPLES = WINDOW_SAMPLES;
 const MIN_SILENCE_SAMPLES = WINDOW_SAMPLES;
+/** Speech goes on while the probability stays above `threshold - EXIT_MARGIN` (silero's negative threshold). */
+const EXIT_MARGIN = 0.15;
 
 /** A classifier that answers at once (the energy fallback in tests, stand-ins). */
 export interface WindowClassifier {
   /** Speech flag for one 512-sample window (float samples in [-1, 1]). */
   isSpeech(window: Float32Array): boolean;
+  /** The last window was above the exit threshold: speech that had started would go on (absent: the flag). */
+  soft?(): boolean;
   /** Give the model back; the classifier must not be used afterwards. */
   release(): void;
 }
@@ -60,6 +66,8 @@ export interface WindowClassifier {
 export interface DeferredClassifier {
   submit(window: Float32Array): boolean;
   take(): boolean;
+  /** After `take()`: the window was above the exit threshold (speech that had started would go on). */
+  soft?(): boolean;
   /** Give the model back; the classifier must not be used afterwards. */
   release(): void;
 }
@@ -180,6 +188,7 @@ export class SileroStream implements DeferredClassifier {
   private tempStart = 0;
   private tempEnd = 0;
   private result = false;
+  private lastProb = 0;
   private waiting = false;
   /** Released while its window was queued: handed back once the model has run. */
   private releaseAfterRun = false;
@@ -205,6 +214,7 @@ export class SileroStream implements DeferredClassifier {
     this.tempStart = 0;
     this.tempEnd = 0;
     this.result = false;
+    this.lastProb = 0;
     this.waiting = false;
     this.releaseAfterRun = false;
   }
@@ -215,6 +225,7 @@ export class SileroStream implements DeferredClassifier {
       this.prev.set(window);
       this.hasPrev = true;
       this.result = false;
+      this.lastProb = 0;
       return true;
     }
     this.x.set(this.prev, 0);
@@ -230,6 +241,11 @@ export class SileroStream implements DeferredClassifier {
     return this.result;
   }
 
+  soft(): boolean {
+    if (this.waiting) throw new Error('silero: soft() before the model ran');
+    return this.lastProb > this.thresholdF - EXIT_MARGIN;
+  }
+
   release(): void {
     if (this.waiting) this.releaseAfterRun = true;
     else this.onRelease(this);
@@ -238,6 +254,7 @@ export class SileroStream implements DeferredClassifier {
   /** Called by the model with this window's speech probability (the state is already updated). */
   resolve(prob: number): void {
     this.waiting = false;
+    this.lastProb = prob;
     this.result = this.hysteresis(prob);
     if (this.releaseAfterRun) {
       this.releaseAfterRun = false;
@@ -263,7 +280,7 @@ export class SileroStream implements DeferredClassifier {
       this.tempEnd = 0;
       return false;
     }
-    if (prob > th - 0.15 && this.triggered) return true;
+    if (prob > th - EXIT_MARGIN && this.triggered) return true;
     if (prob > th && !this.triggered) {
       this.triggered = true;
       return true;
@@ -351,6 +368,7 @@ export class SileroPool {
     return {
       submit: (w) => held.submit(w),
       take: () => held.take(),
+      soft: () => held.soft(),
       release: () => {
         if (released) return;
         released = true;

@@ -8,9 +8,17 @@
  * - speech hold: inside an open utterance, a window well above the noise
  *   floor right after a model "speech" answer counts as speech without the
  *   model, at most `maxSkip` windows in a row;
+ * - quiet phrases: until an utterance is announced, a window above silero's
+ *   exit threshold counts as speech (`softOnly` says so), as it would once
+ *   speech had started. A quiet phrase whose probability hovers about the
+ *   threshold is then heard in full, not in bursts whose count depends on
+ *   where the 32 ms windows fall (jfk.wav's "ask not"); the segmenter still
+ *   opens an utterance only once the model has said speech by its own rule;
  * - quiet ends: inside an open utterance, a window no louder than the gate
  *   or `quietDb` above the noise floor, and 20 dB below the utterance's
- *   loudest window, is silence whatever the model says.
+ *   loudest window, is silence whatever the model says, until the model
+ *   itself has said silence after the last speech (then a quiet window it
+ *   calls speech is a softly spoken word after a pause, and counts).
  *   The model still hears it (its state stays that of the whole stream), but
  *   its answer, which trails off for about 100 ms after speech ends, does not
  *   hold the utterance open;
@@ -38,8 +46,14 @@ export class SpeechFlags {
   private readonly holdRatio: number;
   private readonly maxSkip: number;
   private readonly quietRatio: number;
-  /** The window waiting for the model is quiet (its answer is silence). */
+  /** The window waiting for the model is quiet (at the floor, well below the utterance's loudest). */
   private quietWait = false;
+  /** Since the utterance's last speech window the model itself has said silence: its trailing answers are over. */
+  private tailOver = false;
+  /** No utterance was open for the window waiting for the model (its soft answer counts). */
+  private softWait = false;
+  /** The last flag was speech only by the soft rule (the model's exit threshold, before an utterance opens). */
+  softOnly = false;
   /** Loudest window (RMS) of the open utterance or candidate. */
   private peak = 0;
   private readonly peakRatio = Math.pow(10, QUIET_BELOW_PEAK_DB / 20);
@@ -113,6 +127,7 @@ export class SpeechFlags {
    */
   classify(rms: number, s: { idle: boolean; open: boolean; threshold: number }): boolean | typeof WAIT {
     this.windows++;
+    this.softOnly = false;
     this.peak = s.idle ? 0 : Math.max(this.peak, rms);
     if (s.idle && rms < this.gateRms) {
       this.gatedRun++;
@@ -137,6 +152,7 @@ export class SpeechFlags {
       this.classifier = this.source.acquire(s.threshold);
       this.classifierThreshold = s.threshold;
     }
+    if (!s.open) this.tailOver = false;
     const quiet =
       this.quietRatio > 0 &&
       s.open &&
@@ -148,16 +164,18 @@ export class SpeechFlags {
       if (isDeferred(this.classifier)) {
         if (!this.classifier.submit(this.scratch)) {
           this.quietWait = quiet;
+          this.softWait = !s.open;
           return WAIT;
         }
         speech = this.classifier.take();
       } else {
         speech = this.classifier.isSpeech(this.scratch);
       }
+      if (!s.open && !speech) speech = this.softOnly = this.classifier.soft?.() ?? false;
     } else {
       speech = rms >= this.fallbackRms;
     }
-    speech &&= !quiet;
+    speech = this.afterQuiet(speech, quiet);
     this.afterModel(rms, speech);
     return speech;
   }
@@ -166,14 +184,31 @@ export class SpeechFlags {
   answer(rms: number): boolean | null {
     const c = this.classifier as DeferredClassifier | null;
     if (!c) return null;
-    const speech = c.take() && !this.quietWait;
+    this.softOnly = false;
+    let speech = c.take();
+    if (this.softWait && !speech) speech = this.softOnly = c.soft?.() ?? false;
+    speech = this.afterQuiet(speech, this.quietWait);
     this.quietWait = false;
+    this.softWait = false;
     this.afterModel(rms, speech);
     return speech;
   }
 
+  /**
+   * Quiet ends overrule the model's trailing answers only: once the model
+   * itself has said silence after the last louder speech, quiet windows it
+   * calls speech are a new onset (a softly spoken word after a pause) and
+   * count, until louder speech comes again.
+   */
+  private afterQuiet(speech: boolean, quiet: boolean): boolean {
+    if (!speech) this.tailOver = true;
+    else if (!quiet) this.tailOver = false;
+    return speech && !(quiet && !this.tailOver);
+  }
+
   private afterModel(rms: number, speech: boolean): void {
-    this.lastModelSpeech = speech;
+    // The hold follows the model's own answers only.
+    this.lastModelSpeech = speech && !this.softOnly;
     if (!speech) this.trackFloor(rms);
   }
 

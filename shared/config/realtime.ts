@@ -100,6 +100,8 @@ export interface RealtimeConfig {
     maxSkip: number;
     /** Quiet ends (realtime/vad/speechFlags.ts): dB above the noise floor at which an open utterance's window (20 dB below its loudest) is silence; 0 = off. */
     quietDb: number;
+    /** A candidate utterance is broken by this much silence, or the session's silence window when longer (segmenter.ts). */
+    candidateGapMs: number;
   };
   /** Allowed upper bound for a session's vadMaxSpeechMs. */
   maxSpeechMsCap: number;
@@ -172,6 +174,7 @@ export const VAD_TUNING = {
   holdDb: 6,
   maxSkip: 4,
   quietDb: 6,
+  candidateGapMs: 500,
 } as const;
 
 export function realtimeConfig(env: Env): RealtimeConfig {

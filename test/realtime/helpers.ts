@@ -91,6 +91,7 @@ export async function testVad(config: Config): Promise<VadService> {
     releaseAfterMs: v.releaseAfterMs,
     holdDb: v.holdDb,
     quietDb: v.quietDb,
+    candidateGapMs: v.candidateGapMs,
     maxSkip: v.maxSkip,
   });
 }

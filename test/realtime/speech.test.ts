@@ -204,6 +204,50 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     expect(p95(quiet), JSON.stringify(quiet)).to.be.at.most(0.07);
   });
 
+  it('a quiet phrase opens an utterance wherever the 32 ms windows fall (jfk.wav\'s "ask not")', async () => {
+    const config = loadConfig({});
+    const pool = await testVadPool(config);
+    const v = config.realtime.vad;
+    // "ask not" (about 3.3-4.3 s) is spoken softly: silero's answers hover about its threshold.
+    const ASK_NOT: [number, number] = [3.4, 4.2];
+    /** Per offset of the audio against the window grid (20 ms steps: every phase of 32 ms windows, and more). */
+    const heard = async (opts: typeof v, silenceMs: number) => {
+      const out: boolean[] = [];
+      for (let lead = 0; lead < 320; lead += 20) {
+        const seg = new Segmenter(
+          { ...config.realtime.vadDefaults, silenceMs, sentenceEndSilenceMs: 0 },
+          pool,
+          opts,
+        );
+        const evs = await pushThrough(
+          seg,
+          pool,
+          Buffer.concat([silence(lead), readPcm('jfk.wav'), silence(1000)]),
+        );
+        seg.close();
+        out.push(
+          evs.some(
+            (e) =>
+              e.type === 'stop' &&
+              (e.audioStartMs - lead) / 1000 < ASK_NOT[1] &&
+              (e.audioEndMs - lead) / 1000 > ASK_NOT[0],
+          ),
+        );
+      }
+      return out;
+    };
+    for (const silenceMs of [300, 500, 800]) {
+      const hits = await heard(v, silenceMs);
+      expect(
+        hits.filter(Boolean).length,
+        `${silenceMs} ms window: ${hits.map((h) => (h ? '+' : '-')).join('')}`,
+      ).to.equal(hits.length);
+    }
+    // Without the candidate's gap (a 300 ms window breaks it), the phrase is heard at some offsets only.
+    const brittle = await heard({ ...v, candidateGapMs: 0 }, 300);
+    expect(brittle.filter(Boolean).length).to.be.lessThan(brittle.length);
+  });
+
   it('segmentation in worker threads gives the same utterances as in the server thread', async () => {
     const config = loadConfig({});
     const v = config.realtime.vad;

@@ -36,6 +36,7 @@ const segOpts = {
   releaseAfterMs: v.releaseAfterMs,
   holdDb: v.holdDb,
   quietDb: v.quietDb,
+  candidateGapMs: v.candidateGapMs,
   maxSkip: v.maxSkip,
 };
 /** Streams differ in threshold and silence so that every stream blocks and resumes on its own schedule. */
