@@ -6,10 +6,9 @@
  * Policy (all lengths are rounded to whole windows):
  * - an utterance opens once `minSpeechMs` of speech windows have been heard
  *   (before `silenceMs`, or the longer `candidateGapMs`, of silence breaks
- *   the candidate), the model's own "speech" among them: soft windows (above
- *   silero's exit threshold, speechFlags.ts) count, but only from
- *   `SOFT_ONSET_MS` before it; it carries `prefixMs` of audio from before
- *   the onset;
+ *   the candidate; soft windows, above silero's exit threshold, count once
+ *   the model has said speech: speechFlags.ts); it carries `prefixMs` of
+ *   audio from before the onset;
  * - it ends after `silenceMs` of silence (reason `end_of_speech`), keeping at
  *   most `prefixMs` of that silence as trailing padding;
  * - with `sentenceEndSilenceMs` (shorter than `silenceMs`) and `streamAudio`,
@@ -50,22 +49,14 @@ import type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } f
 
 /** A pause that ends an utterance past its target length. */
 const TARGET_PAUSE_MS = 160;
-/**
- * Soft windows (speechFlags.ts) count toward a candidate for at most this
- * long before the model's own "speech": the soft onset of a quiet phrase.
- */
-const SOFT_ONSET_MS = 1000;
 
 const EMPTY = Buffer.alloc(0);
 const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
-const SOFT_ONSET_W = ms2w(SOFT_ONSET_MS);
 
 interface Win {
   pcm: Buffer;
   rms: number;
   speech: boolean;
-  /** Speech only by the model's exit threshold (before an utterance opens; speechFlags.ts). */
-  soft: boolean;
 }
 
 export class Segmenter {
@@ -101,8 +92,6 @@ export class Segmenter {
   private curStartPos = 0;
   private open = false;
   private speechW = 0;
-  /** The candidate holds a window the model itself called speech (soft ones alone never open an utterance). */
-  private heard = false;
   private silenceRun = 0;
   private lastSpeechIdx = -1;
   /** Speech flags per window (the model, its gate and hold). */
@@ -173,7 +162,6 @@ export class Segmenter {
     const speech = this.flags.answer(w.rms);
     if (speech === null) return out;
     w.speech = speech;
-    w.soft = this.flags.softOnly;
     this.afterClassify(w, out);
     this.advance(out);
     return out;
@@ -186,14 +174,13 @@ export class Segmenter {
     while (!this.judgingPause && buf.length - off >= WINDOW_BYTES) {
       const pcm = buf.subarray(off, off + WINDOW_BYTES);
       off += WINDOW_BYTES;
-      const w: Win = { pcm, rms: this.flags.rmsOf(pcm), speech: false, soft: false };
+      const w: Win = { pcm, rms: this.flags.rmsOf(pcm), speech: false };
       const speech = this.classify(w);
       if (speech === WAIT) {
         this.awaiting = w;
         break;
       }
       w.speech = speech;
-      w.soft = this.flags.softOnly;
       this.afterClassify(w, out);
     }
     this.remainder = off < buf.length ? buf.subarray(off) : EMPTY;
@@ -211,7 +198,8 @@ export class Segmenter {
     const tail = this.remainder;
     this.remainder = EMPTY;
     if (!this.open) {
-      const hasSpeech = this.heard || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
+      const hasSpeech =
+        this.cur.some((w) => w.speech) || (!this.settings.vad && (this.cur.length > 0 || tail.length > 0));
       if (!hasSpeech) {
         if (tail.length > 0) this.pos += tail.length / WINDOW_BYTES;
         return out;
@@ -288,7 +276,6 @@ export class Segmenter {
     this.cur.push(w);
     if (w.speech) {
       this.speechW++;
-      if (!w.soft) this.heard = true;
       this.silenceRun = 0;
       this.lastSpeechIdx = this.cur.length - 1;
     } else {
@@ -313,14 +300,7 @@ export class Segmenter {
         for (const x of old) this.pushPrefix(x);
         return;
       }
-      if (!this.heard && this.cur.length > SOFT_ONSET_W) {
-        // Soft windows alone: only the last SOFT_ONSET_MS of them count (and held audio stays bounded).
-        const x = this.cur.shift()!;
-        if (x.speech) this.speechW--;
-        this.lastSpeechIdx--;
-        this.pushPrefix(x);
-      }
-      if ((this.speechW >= this.minSpeechW && this.heard) || !this.settings.vad) this.announce(out);
+      if (this.speechW >= this.minSpeechW || !this.settings.vad) this.announce(out);
       else return;
     } else {
       this.addToCurrent(w);
@@ -383,7 +363,6 @@ export class Segmenter {
   private resetCur(): void {
     this.cur = [];
     this.speechW = 0;
-    this.heard = false;
     this.silenceRun = 0;
     this.lastSpeechIdx = -1;
   }

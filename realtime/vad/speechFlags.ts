@@ -8,17 +8,15 @@
  * - speech hold: inside an open utterance, a window well above the noise
  *   floor right after a model "speech" answer counts as speech without the
  *   model, at most `maxSkip` windows in a row;
- * - quiet phrases: until an utterance is announced, a window above silero's
- *   exit threshold counts as speech (`softOnly` says so), as it would once
- *   speech had started. A quiet phrase whose probability hovers about the
- *   threshold is then heard in full, not in bursts whose count depends on
- *   where the 32 ms windows fall (jfk.wav's "ask not"); the segmenter still
- *   opens an utterance only once the model has said speech by its own rule;
+ * - quiet phrases: while a candidate is open (the model has said speech,
+ *   no utterance is announced yet), a window above silero's exit threshold
+ *   counts as speech, as it would once speech had started. A quiet phrase
+ *   whose probability hovers about the threshold is then heard in full, not
+ *   in bursts whose count depends on where the 32 ms windows fall (jfk.wav's
+ *   "ask not");
  * - quiet ends: inside an open utterance, a window no louder than the gate
  *   or `quietDb` above the noise floor, and 20 dB below the utterance's
- *   loudest window, is silence whatever the model says, until the model
- *   itself has said silence after the last speech (then a quiet window it
- *   calls speech is a softly spoken word after a pause, and counts).
+ *   loudest window, is silence whatever the model says.
  *   The model still hears it (its state stays that of the whole stream), but
  *   its answer, which trails off for about 100 ms after speech ends, does not
  *   hold the utterance open;
@@ -48,12 +46,10 @@ export class SpeechFlags {
   private readonly quietRatio: number;
   /** The window waiting for the model is quiet (at the floor, well below the utterance's loudest). */
   private quietWait = false;
-  /** Since the utterance's last speech window the model itself has said silence: its trailing answers are over. */
-  private tailOver = false;
-  /** No utterance was open for the window waiting for the model (its soft answer counts). */
+  /** The window waiting for the model belongs to a candidate (its soft answer counts). */
   private softWait = false;
-  /** The last flag was speech only by the soft rule (the model's exit threshold, before an utterance opens). */
-  softOnly = false;
+  /** The last flag was speech only by the soft rule (the model's exit threshold, in a candidate). */
+  private softOnly = false;
   /** Loudest window (RMS) of the open utterance or candidate. */
   private peak = 0;
   private readonly peakRatio = Math.pow(10, QUIET_BELOW_PEAK_DB / 20);
@@ -152,7 +148,6 @@ export class SpeechFlags {
       this.classifier = this.source.acquire(s.threshold);
       this.classifierThreshold = s.threshold;
     }
-    if (!s.open) this.tailOver = false;
     const quiet =
       this.quietRatio > 0 &&
       s.open &&
@@ -164,18 +159,18 @@ export class SpeechFlags {
       if (isDeferred(this.classifier)) {
         if (!this.classifier.submit(this.scratch)) {
           this.quietWait = quiet;
-          this.softWait = !s.open;
+          this.softWait = !s.idle && !s.open;
           return WAIT;
         }
         speech = this.classifier.take();
       } else {
         speech = this.classifier.isSpeech(this.scratch);
       }
-      if (!s.open && !speech) speech = this.softOnly = this.classifier.soft?.() ?? false;
+      if (!s.idle && !s.open && !speech) speech = this.softOnly = this.classifier.soft?.() ?? false;
     } else {
       speech = rms >= this.fallbackRms;
     }
-    speech = this.afterQuiet(speech, quiet);
+    speech &&= !quiet;
     this.afterModel(rms, speech);
     return speech;
   }
@@ -187,23 +182,11 @@ export class SpeechFlags {
     this.softOnly = false;
     let speech = c.take();
     if (this.softWait && !speech) speech = this.softOnly = c.soft?.() ?? false;
-    speech = this.afterQuiet(speech, this.quietWait);
+    speech &&= !this.quietWait;
     this.quietWait = false;
     this.softWait = false;
     this.afterModel(rms, speech);
     return speech;
-  }
-
-  /**
-   * Quiet ends overrule the model's trailing answers only: once the model
-   * itself has said silence after the last louder speech, quiet windows it
-   * calls speech are a new onset (a softly spoken word after a pause) and
-   * count, until louder speech comes again.
-   */
-  private afterQuiet(speech: boolean, quiet: boolean): boolean {
-    if (!speech) this.tailOver = true;
-    else if (!quiet) this.tailOver = false;
-    return speech && !(quiet && !this.tailOver);
   }
 
   private afterModel(rms: number, speech: boolean): void {
