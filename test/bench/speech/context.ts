@@ -20,7 +20,7 @@ import { Decoder, type RecognizedWord } from '../../../shared/stt/pocketsphinx/d
 import { wer } from '../../speech/helpers.js';
 import { corpusPcm, loadCorpus } from '../../speech/corpus.js';
 import { fmt } from './common.js';
-import { CHUNK, RealtimeCutter, decoderOptions, i16, streamOf } from './cuts.js';
+import { CHUNK, RealtimeCutter, decoderOptions, i16, streamOf, text } from './cuts.js';
 
 const config = loadConfig({});
 const arg = process.argv.find((a) => a.startsWith('--ctx='))?.slice(6) ?? '0,800,1500,all';
@@ -31,8 +31,8 @@ const cutter = await RealtimeCutter.create(config);
 const whole = new Decoder(decoderOptions(config));
 const dec = new Decoder({ ...decoderOptions(config, true), sessionCmn: config.speech.builtin.streamCmn });
 const copy = (e: CmnEstimate): CmnEstimate => ({ sum: [...e.sum], frames: e.frames, ready: e.ready });
-const words = (ws: RecognizedWord[]) => ws.filter((w) => !/^[<[+]/.test(w.word));
-const spoken = (ws: RecognizedWord[]) => words(ws).map((w) => w.word.replace(/\(\d+\)$/, ''));
+// The decoder's words carry no fillers and no pronunciation marks (`word(2)`).
+const spoken = (ws: RecognizedWord[]) => ws.map((w) => w.word);
 
 /** Searches `pcm` with `est` (which it updates); the words' frames count from the start of `pcm`. */
 function search(est: CmnEstimate, pcm: Int16Array): RecognizedWord[] {
@@ -45,7 +45,7 @@ const base: number[] = [];
 const results = new Map<number, number[]>(CONTEXTS.map((c) => [c, []]));
 for (const c of clips) {
   const pcm = corpusPcm(c);
-  base.push(wer(c.reference, spoken(whole.decode(i16(pcm))).join(' ')));
+  base.push(wer(c.reference, text(whole.decode(i16(pcm)))));
   const stream = streamOf(pcm);
   const cuts = await cutter.cuts(stream);
   const atEnd = initialCmn();
