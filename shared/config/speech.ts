@@ -26,6 +26,13 @@ export interface CmnSettings {
   researchDistance?: number;
   /** Before the bootstrap ends, a new search from the start waits until the utterance has grown this many times since the last. */
   researchGrowth?: number;
+  /**
+   * When the bootstrap ends, or the utterance ends during it, the utterance
+   * is searched again from its start only if the estimate moved more than
+   * this since its last search from the start (`Infinity`: never; measured
+   * in docs/decisions/speech.md).
+   */
+  settleDistance?: number;
 }
 
 /** Measured in docs/decisions.md ("The first utterance is searched while it is spoken"). */
@@ -36,6 +43,7 @@ export const DEFAULT_CMN: Required<CmnSettings> = {
   lookaheadFrames: 50,
   researchDistance: 8,
   researchGrowth: 2,
+  settleDistance: Infinity,
 };
 
 export interface RemoteWorkerConfig {

@@ -26,15 +26,16 @@ export interface CorpusClip {
   long: boolean;
 }
 
-export function loadCorpus(kind: 'short' | 'long' | 'all' = 'short'): CorpusClip[] {
-  const sentencesOf = sentenceSplitter();
-  const rows = fs.readFileSync(path.join(CORPUS_DIR, 'corpus.tsv'), 'utf8').trim().split('\n').slice(1);
+/** `dir`: another corpus made by generate.ts (`--held-out=DIR`). */
+export function loadCorpus(kind: 'short' | 'long' | 'all' = 'short', dir = CORPUS_DIR): CorpusClip[] {
+  const sentencesOf = sentenceSplitter(dir);
+  const rows = fs.readFileSync(path.join(dir, 'corpus.tsv'), 'utf8').trim().split('\n').slice(1);
   return rows
     .map((row) => {
       const [file, voice, leadIn, pause, tempo, noise, reference, speech] = row.split('\t');
       return {
         file,
-        path: path.join(CORPUS_DIR, file),
+        path: path.join(dir, file),
         voice,
         leadIn: Number(leadIn),
         pause,
@@ -50,8 +51,8 @@ export function loadCorpus(kind: 'short' | 'long' | 'all' = 'short'): CorpusClip
 }
 
 /** Splits a clip's reference back into the sentences of sentences.txt it was made of. */
-function sentenceSplitter(): (reference: string) => string[] {
-  const known = fs.readFileSync(path.join(CORPUS_DIR, 'sentences.txt'), 'utf8').trim().split('\n');
+function sentenceSplitter(dir: string): (reference: string) => string[] {
+  const known = fs.readFileSync(path.join(dir, 'sentences.txt'), 'utf8').trim().split('\n');
   return (reference) => {
     const out: string[] = [];
     let rest = reference;

@@ -9,6 +9,8 @@ import { loadConfig } from '../../shared/config/index.js';
 import { DEFAULT_CMN, initialCmn, type CmnSettings } from '../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../shared/stt/pocketsphinx/decoder.js';
 import { clip, pcmOf } from './helpers.js';
+import { corpusPcm, loadCorpus } from './corpus.js';
+import { RealtimeCutter, streamOf } from '../bench/speech/cuts.js';
 
 describe('speech: streaming decoder, a session’s first utterance', function () {
   this.timeout(120_000);
@@ -53,6 +55,36 @@ describe('speech: streaming decoder, a session’s first utterance', function ()
         expect(r.trace.restarts).to.be.at.most(3);
       }
       expect(frames).to.be.above(3 * lookahead);
+    } finally {
+      d.close();
+    }
+  });
+
+  it('is not searched again from its start when its end settles the estimate (24 unseen clips)', async () => {
+    // Its final waits for what end() searches: a search from the start there was the whole utterance at
+    // once (250-300 frames, up to 450 ms after the cut on these clips), and it changed no word.
+    const cmn = { ...DEFAULT_CMN, ...b.streamCmn };
+    const d = new Decoder(opts(b.streamCmn));
+    try {
+      const clips = loadCorpus('short').filter((_, i) => i % 2 === 0);
+      const cutter = await RealtimeCutter.create(loadConfig({}));
+      const cuts = new Map<string, [number, number]>();
+      for (const c of clips) cuts.set(c.file, (await cutter.cuts(streamOf(corpusPcm(c))))[0]);
+      const ends = clips.map((c) => {
+        // The session's first utterance as the realtime tier's segmenter (silero, default settings) cuts it.
+        const stream = streamOf(corpusPcm(c));
+        const [a, e] = cuts.get(c.file)!;
+        const cut = stream.subarray(a, e);
+        const pcm = new Int16Array(cut.buffer.slice(cut.byteOffset, cut.byteOffset + cut.length));
+        d.begin(initialCmn());
+        const trace = d.cmnTrace!;
+        for (let i = 0; i < pcm.length; i += 320) d.feed(pcm.subarray(i, i + 320));
+        d.end();
+        return { clip: c.file, frames: pcm.length / 160, ...trace };
+      });
+      const shortOnes = ends.filter((e) => e.frames < cmn.bootstrapFrames + cmn.lookaheadFrames);
+      expect(shortOnes.length, 'first sentences that end during the bootstrap').to.be.at.least(8);
+      expect(ends.filter((e) => e.tail > cmn.lookaheadFrames).map((e) => e.clip)).to.deep.equal([]);
     } finally {
       d.close();
     }

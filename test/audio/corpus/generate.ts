@@ -8,6 +8,9 @@
  *
  *   npx tsx test/audio/corpus/generate.ts          # needs flite, espeak-ng, sox, ffmpeg
  *   npx tsx test/audio/corpus/generate.ts --turns  # only turns/ (see turns() below)
+ *   npx tsx test/audio/corpus/generate.ts --held-out=/tmp/heldout
+ *       # short clips from heldout.txt (sentences no tuning has seen), not committed:
+ *       # benchmarks take them with CORPUS=/tmp/heldout to check a setting chosen on this corpus
  *
  * Writes:
  * - `short/*.flac`: 48 clips, 16 kHz mono, 2-3 sentences each, six voices (five flite, one espeak-ng),
@@ -84,6 +87,17 @@ function silence(tmp: string, seconds: number, name: string): string {
   return out;
 }
 
+/** Writes one corpus.tsv row: file, voice, lead-in, pause, tempo, noise, its sentences. */
+type Row = (
+  file: string,
+  voice: string,
+  leadIn: number,
+  pause: string,
+  tempo: number,
+  noise: number | null,
+  pieces: Piece[],
+) => void;
+
 interface Piece {
   text: string;
   start: number;
@@ -143,23 +157,25 @@ function assemble(
   return pieces;
 }
 
-function main(): void {
-  const sentences = fs.readFileSync(path.join(HERE, 'sentences.txt'), 'utf8').trim().split('\n');
+/**
+ * The corpus into `dir`: short clips (and, unless `heldOut`, the long-form
+ * files) from the sentences of `sentencesFile`, copied there as
+ * sentences.txt for `loadCorpus`. A held-out corpus takes its conditions
+ * from other positions of the cycles, so no clip repeats the committed one's.
+ */
+function main(dir: string, sentencesFile: string, heldOut: boolean): void {
+  const HERE = dir;
+  const sentences = fs.readFileSync(sentencesFile, 'utf8').trim().split('\n');
+  if (path.resolve(sentencesFile) !== path.resolve(dir, 'sentences.txt'))
+    fs.copyFileSync(sentencesFile, path.join(dir, 'sentences.txt'));
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'corpus-'));
-  for (const d of ['short', 'long']) {
+  for (const d of heldOut ? ['short'] : ['short', 'long']) {
     fs.rmSync(path.join(HERE, d), { recursive: true, force: true });
     fs.mkdirSync(path.join(HERE, d));
   }
+  const shift = heldOut ? 1 : 0;
   const rows = ['file\tvoice\tlead_in\tpause\ttempo\tnoise_db\treference\tspeech'];
-  const row = (
-    file: string,
-    voice: string,
-    leadIn: number,
-    pause: string,
-    tempo: number,
-    noise: number | null,
-    pieces: Piece[],
-  ) =>
+  const row: Row = (file, voice, leadIn, pause, tempo, noise, pieces) =>
     rows.push(
       [
         file,
@@ -183,10 +199,10 @@ function main(): void {
         { length: count },
         (_, i) => sentences[(n * 5 + i * 7 + v) % sentences.length],
       );
-      const leadIn = LEAD_INS[n % LEAD_INS.length];
-      const pause = PAUSES[(n + v) % PAUSES.length];
-      const tempo = TEMPOS[(n + k) % TEMPOS.length];
-      const noise = NOISES[(n * 3 + v) % NOISES.length];
+      const leadIn = LEAD_INS[(n + shift) % LEAD_INS.length];
+      const pause = PAUSES[(n + v + shift) % PAUSES.length];
+      const tempo = TEMPOS[(n + k + shift) % TEMPOS.length];
+      const noise = NOISES[(n * 3 + v + shift) % NOISES.length];
       const parts = texts.map((text, i) => ({ text, file: sentence(tmp, voice, text, tempo, `s${i}`) }));
       const name = `short/${String(n).padStart(2, '0')}-${voice.id}.flac`;
       const pauses = Array.from({ length: count - 1 }, () => pause);
@@ -195,6 +211,14 @@ function main(): void {
     }
   }
 
+  if (!heldOut) longForm(HERE, tmp, sentences, row);
+  fs.writeFileSync(path.join(HERE, 'corpus.tsv'), rows.join('\n') + '\n');
+  fs.rmSync(tmp, { recursive: true, force: true });
+  console.log(`corpus: ${rows.length - 1} files in ${HERE}`);
+}
+
+/** Long-form: every sentence once, each file one voice, pauses of 0.5-3 s in a fixed irregular pattern. */
+function longForm(HERE: string, tmp: string, sentences: string[], row: Row): void {
   // Long-form: every sentence once, each file one voice, pauses of 0.5-3 s in a fixed irregular pattern.
   const longVoices = [VOICES[0], VOICES[2], VOICES[5]];
   const longPauses = [0.5, 1.2, 3.0, 0.8, 2.0, 0.6, 1.6, 2.5];
@@ -226,10 +250,6 @@ function main(): void {
     ]);
     row(name, voice.id, 1.0 + f * 0.5, longPauses.join(','), TEMPOS[f], noise, pieces);
   });
-
-  fs.writeFileSync(path.join(HERE, 'corpus.tsv'), rows.join('\n') + '\n');
-  fs.rmSync(tmp, { recursive: true, force: true });
-  console.log(`corpus: ${rows.length - 1} files in ${HERE}`);
 }
 
 /**
@@ -274,5 +294,9 @@ function turns(): void {
   console.log(`corpus: ${rows.length - 1} turn clips in ${dir}`);
 }
 
+const heldOutDir = process.argv.find((a) => a.startsWith('--held-out='))?.slice(11);
 if (process.argv.includes('--turns')) turns();
-else main();
+else if (heldOutDir) {
+  fs.mkdirSync(heldOutDir, { recursive: true });
+  main(heldOutDir, path.join(HERE, 'heldout.txt'), true);
+} else main(HERE, path.join(HERE, 'sentences.txt'), false);

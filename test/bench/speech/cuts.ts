@@ -5,7 +5,7 @@
  * built-in engine, and a streamed decode fed in 20 ms pieces.
  */
 import type { Config } from '../../../shared/config/index.js';
-import type { CmnEstimate } from '../../../shared/stt/pocketsphinx/cmn.js';
+import type { CmnEstimate, CmnSettings } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
 import { Segmenter } from '../../../realtime/vad/segmenter.js';
 import { SileroPool } from '../../../realtime/vad/silero.js';
@@ -95,4 +95,21 @@ export function settingsArg<K extends string>(
     const xs = v.split(':').map((x) => (x === 'inf' ? Infinity : Number(x)));
     return Object.fromEntries(keys.map((k, i) => [k, xs[i] ?? dflt[k]])) as Record<K, number>;
   });
+}
+
+/** `--cmn=B:P:W:D:T:G:E,...`: session normalisation settings to try (cmn.ts order); default `dflt`. */
+export function cmnVariants(dflt: Required<CmnSettings>): Required<CmnSettings>[] {
+  return settingsArg(
+    'cmn',
+    [
+      'bootstrapFrames',
+      'priorFrames',
+      'window',
+      'lookaheadFrames',
+      'researchDistance',
+      'researchGrowth',
+      'settleDistance',
+    ] as const,
+    dflt,
+  );
 }

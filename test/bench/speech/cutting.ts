@@ -25,11 +25,11 @@ import {
   RealtimeCutter,
   decoderOptions,
   i16,
-  settingsArg,
   streamOf,
   streamed,
   text,
   withDecoder,
+  cmnVariants,
 } from './cuts.js';
 
 const config = loadConfig({});
@@ -49,18 +49,7 @@ const pad = (cuts: [number, number][], len: number, ms: number): [number, number
 
 const clips = loadClips();
 /** `--cmn=150:100:3000,...`: session CMN settings to try (bootstrap : prior : window : lookahead : re-search distance). */
-const cmnVariants = settingsArg(
-  'cmn',
-  [
-    'bootstrapFrames',
-    'priorFrames',
-    'window',
-    'lookaheadFrames',
-    'researchDistance',
-    'researchGrowth',
-  ] as const,
-  DEFAULT_CMN,
-);
+const variantsToTry = cmnVariants(DEFAULT_CMN);
 interface Input {
   pcm: Buffer;
   stream: Buffer;
@@ -100,7 +89,7 @@ const hypotheses: [string, (x: Input) => string][] = [
     'realtime cuts, PocketSphinx live CMN carried across the clip',
     (x) => withDecoder(opts, (d) => x.cuts.map(([a, e]) => streamed(d, x.stream.subarray(a, e))).join(' ')),
   ],
-  ...cmnVariants.flatMap((cmn): [string, (x: Input) => string][] => {
+  ...variantsToTry.flatMap((cmn): [string, (x: Input) => string][] => {
     const o = { ...opts, sessionCmn: cmn };
     const label = `session CMN (bootstrap ${cmn.bootstrapFrames}, prior ${cmn.priorFrames}, window ${cmn.window}, lookahead ${cmn.lookaheadFrames} frames, re-search over ${cmn.researchDistance})`;
     return [

@@ -23,28 +23,17 @@ import {
   RealtimeCutter,
   decoderOptions,
   i16,
-  settingsArg,
   streamOf,
   text,
   withDecoder,
+  cmnVariants,
 } from './cuts.js';
 
 const config = loadConfig({});
 const opts = decoderOptions(config, true);
 const cutter = await RealtimeCutter.create(config);
 const REPEAT = Number(process.argv.find((a) => a.startsWith('--repeat='))?.slice(9) ?? 3);
-const variants = settingsArg(
-  'cmn',
-  [
-    'bootstrapFrames',
-    'priorFrames',
-    'window',
-    'lookaheadFrames',
-    'researchDistance',
-    'researchGrowth',
-  ] as const,
-  DEFAULT_CMN,
-);
+const variants = cmnVariants(DEFAULT_CMN);
 /** `--lead-ms=100`: each cut starts this much earlier (more audio before the speech). */
 const LEAD = Number(process.argv.find((a) => a.startsWith('--lead-ms='))?.slice(10) ?? 0) * 32;
 const clips = loadClips();

@@ -14,6 +14,7 @@
  *   --floor=3: the segment endpoint again with 300 ms of -70 dBFS noise before each clip, per seed
  *   (the whole-clip decode against itself: the engine's own per-clip floor; 0 skips it)
  *   --turns: each turn end's figures per clip (stderr)
+ *   --corpus=DIR: clips no setting was tuned on (test/audio/corpus/generate.ts --held-out=DIR)
  *
  * Planes: segment = the segment endpoint (whole clip, FLAC upload);
  * realtime = a realtime server with the built-in engine's streaming form
@@ -55,7 +56,9 @@ const STOPPED = 'input_audio_buffer.speech_stopped';
 /** How many noise seeds measure the engine's own floor (0: none). */
 const FLOOR_SEEDS = Number(arg('floor', '3'));
 const FLOOR_LEAD_S = 0.3;
-const clips = loadCorpus('short');
+/** `--corpus=DIR`: a held-out corpus (test/audio/corpus/generate.ts --held-out=DIR) in place of the committed one. */
+const CORPUS = arg('corpus', '') || undefined;
+const clips = loadCorpus('short', CORPUS);
 
 /** White noise at about -70 dBFS (RMS 10 of 32768), reproducible per seed. */
 function inaudibleNoise(seconds: number, seed: number): Buffer {
@@ -135,6 +138,7 @@ async function stream(
   const t0 = performance.now();
   await cl.stream(pcm, { pace: o.pace, frameBytes: o.frameMs * 32 });
   if (o.pace > 0) for (const e of ends) sentAt.push(t0 + e / 32 / o.pace);
+
   await cl.finals(120_000).catch((err) => {
     console.error(`${c.file}: ${err}\n${ctx.logs.lines.slice(-20).join('\n')}`);
     throw err;
@@ -244,7 +248,7 @@ const longRows: string[] = [];
 /** Batch word-start errors on the long-form files (pooled with the short clips' in the report). */
 const longStarts: number[] = [];
 if (LONG)
-  for (const c of loadCorpus('long')) {
+  for (const c of loadCorpus('long', CORPUS)) {
     const pcm = corpusPcm(c);
     const b = await batchText(pcm);
     // The largest pieces: the engine's time limit allows any length; 60 s pieces cut at the quietest
