@@ -17,29 +17,16 @@
  * the current DEFAULT_CMN.
  */
 import { performance } from 'node:perf_hooks';
-import { loadConfig } from '../../../shared/config/index.js';
-import { DEFAULT_CMN, initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
+import { initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { corpusPcm, loadCorpus } from '../../speech/corpus.js';
 import { fmt, percentile } from './common.js';
-import {
-  CHUNK,
-  RealtimeCutter,
-  decoderOptions,
-  i16,
-  streamOf,
-  text,
-  withDecoder,
-  cmnVariants,
-} from './cuts.js';
+import { CHUNK, i16, streamOf, text, withDecoder, streamingBench } from './cuts.js';
 
-const config = loadConfig({});
-const opts = decoderOptions(config, true);
-const cutter = await RealtimeCutter.create(config);
+const { opts, cutter, variants } = await streamingBench();
 /** `--corpus=DIR`: a held-out corpus (generate.ts --held-out=DIR) instead of the committed one. */
 const CORPUS = process.argv.find((a) => a.startsWith('--corpus='))?.slice(9);
 const WORST = Number(process.argv.find((a) => a.startsWith('--worst='))?.slice(8) ?? 5);
-const variants = cmnVariants(DEFAULT_CMN);
 
 const items: { name: string; ref: string; stream: Buffer; cuts: [number, number][] }[] = [];
 if (!CORPUS)

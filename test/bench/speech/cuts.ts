@@ -5,7 +5,8 @@
  * built-in engine, and a streamed decode fed in 20 ms pieces.
  */
 import type { Config } from '../../../shared/config/index.js';
-import type { CmnEstimate, CmnSettings } from '../../../shared/stt/pocketsphinx/cmn.js';
+import { loadConfig } from '../../../shared/config/index.js';
+import { DEFAULT_CMN, type CmnEstimate, type CmnSettings } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
 import { Segmenter } from '../../../realtime/vad/segmenter.js';
 import { SileroPool } from '../../../realtime/vad/silero.js';
@@ -112,4 +113,20 @@ export function cmnVariants(dflt: Required<CmnSettings>): Required<CmnSettings>[
     ] as const,
     dflt,
   );
+}
+
+/** What the decoder benchmarks (tail.ts, bootstrap.ts) start from: the streaming form's options, the realtime cutter, the `--cmn` variants. */
+export async function streamingBench(): Promise<{
+  config: Config;
+  opts: DecoderOptions;
+  cutter: RealtimeCutter;
+  variants: Required<CmnSettings>[];
+}> {
+  const config = loadConfig({});
+  return {
+    config,
+    opts: decoderOptions(config, true),
+    cutter: await RealtimeCutter.create(config),
+    variants: cmnVariants(DEFAULT_CMN),
+  };
 }

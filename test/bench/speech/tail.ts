@@ -14,26 +14,13 @@
  * (searches from the start included), the CPU the bootstrap costs.
  */
 import { performance } from 'node:perf_hooks';
-import { loadConfig } from '../../../shared/config/index.js';
-import { DEFAULT_CMN, initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
+import { initialCmn } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { loadClips, pcmOf, wer } from '../../speech/helpers.js';
 import { fmt, percentile } from './common.js';
-import {
-  CHUNK,
-  RealtimeCutter,
-  decoderOptions,
-  i16,
-  streamOf,
-  text,
-  withDecoder,
-  cmnVariants,
-} from './cuts.js';
+import { CHUNK, decoderOptions, i16, streamOf, text, withDecoder, streamingBench } from './cuts.js';
 
-const config = loadConfig({});
-const opts = decoderOptions(config, true);
-const cutter = await RealtimeCutter.create(config);
+const { config, opts, cutter, variants } = await streamingBench();
 const REPEAT = Number(process.argv.find((a) => a.startsWith('--repeat='))?.slice(9) ?? 3);
-const variants = cmnVariants(DEFAULT_CMN);
 /** `--lead-ms=100`: each cut starts this much earlier (more audio before the speech). */
 const LEAD = Number(process.argv.find((a) => a.startsWith('--lead-ms='))?.slice(10) ?? 0) * 32;
 const clips = loadClips();
