@@ -193,7 +193,7 @@ for (const c of LATENCY_ONLY ? [] : clips) {
 // End of speech -> final at real-time pace: one stream, then STREAMS at once; per VAD silence window.
 const latencyRows: string[] = [];
 const latencyClips = clips.filter((c) => c.voice.startsWith('flite')).slice(0, LATENCY_CLIPS);
-for (const silenceMs of SILENCES) {
+for (const silenceMs of latencyClips.length > 0 ? SILENCES : []) {
   const one: number[] = [];
   const oneStopped: number[] = [];
   const texts: string[] = [];
@@ -334,14 +334,16 @@ if (!LATENCY_ONLY) {
     );
   }
 }
-console.log(
-  `\nEnd of speech -> final (realtime, real-time pace, 20 ms frames, ${latencyClips.length} clips; silence window = VAD silence_ms)`,
-);
-console.log(
-  '| silence window | 1 stream p50 | p95 | streams: p50 | p95 | WER (1 stream) | end -> speech_stopped p50 / p95 (1 stream) |',
-);
-console.log('|---|---|---|---|---|---|---|');
-for (const r of latencyRows) console.log(r);
+if (latencyRows.length) {
+  console.log(
+    `\nEnd of speech -> final (realtime, real-time pace, 20 ms frames, ${latencyClips.length} clips; silence window = VAD silence_ms)`,
+  );
+  console.log(
+    '| silence window | 1 stream p50 | p95 | streams: p50 | p95 | WER (1 stream) | end -> speech_stopped p50 / p95 (1 stream) |',
+  );
+  console.log('|---|---|---|---|---|---|---|');
+  for (const r of latencyRows) console.log(r);
+}
 if (longRows.length) {
   console.log(
     '\n| long-form file | length | batch WER | 60 s pieces WER | batch word starts p95 | batch words outside speech |',
