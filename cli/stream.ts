@@ -222,7 +222,7 @@ async function main(): Promise<void> {
         if (!values.events) {
           clearProgress();
           const at = `${Math.floor(startMs / 60000)}:${((startMs % 60000) / 1000).toFixed(1).padStart(4, '0')}`;
-          const text = ev.error ? `[failed: ${ev.error.code}]` : ev.text;
+          const text = ev.error ? `[failed: ${ev.error.code}]` : ev.text || '(no words)';
           process.stdout.write(`#${ev.utterance_index} ${at} ${text}\n`);
           progress();
         }

@@ -45,6 +45,16 @@ describe('realtime: the stream command-line client', function () {
     expect(wer(refs().get(file)!, text)).to.be.below(0.6);
   });
 
+  it('says so when an utterance has no words, as the playground does', async () => {
+    // jfk.wav ends with half a second of noise: the VAD opens an utterance there, the decoder finds no word.
+    const { key } = await ctx.issueKey('pro');
+    const r = await run([path.join(AUDIO_DIR, 'jfk.wav'), '--url', ctx.base, '--key', key, '--pace', '4']);
+    expect(r.code, r.stderr).to.equal(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines.at(-1)).to.match(/^#\d+ \d+:\d\d\.\d \(no words\)$/);
+    for (const l of lines) expect(l).to.match(/^#\d+ \d+:\d\d\.\d \S/);
+  });
+
   it('says why when the key is refused', async () => {
     const r = await run([
       path.join(AUDIO_DIR, 'jfk.wav'),
