@@ -25,11 +25,10 @@ export interface SessionSettings extends SegmenterSettings {
 /** A field's JSON Schema: null unsets a string setting and leaves any other as it is. */
 const text = { type: ['string', 'null'] } as const;
 const flag = { type: ['boolean', 'null'] } as const;
-const num = (minimum: number, maximum?: number) => ({
-  type: ['number', 'null'],
-  minimum,
-  ...(maximum !== undefined && { maximum }),
-});
+/** Every number has both bounds: JSON's `1e309` parses as Infinity, which a bare minimum lets through. */
+const num = (minimum: number, maximum: number) => ({ type: ['number', 'null'], minimum, maximum });
+/** The longest any duration option may ask for (ms); the session's own caps clamp it further. */
+const MAX_MS = 3_600_000;
 
 interface FieldSpec {
   key: keyof SessionSettings;
@@ -55,18 +54,18 @@ const FIELDS: Record<string, FieldSpec> = {
   vad_prefix_ms: { key: 'prefixMs', schema: num(0, 5_000) },
   vadMinSpeechMs: { key: 'minSpeechMs', schema: num(0, 10_000) },
   vad_min_speech_ms: { key: 'minSpeechMs', schema: num(0, 10_000) },
-  vadTargetSpeechMs: { key: 'targetSpeechMs', schema: num(500) },
-  vad_target_speech_ms: { key: 'targetSpeechMs', schema: num(500) },
-  vadMaxSpeechMs: { key: 'maxSpeechMs', schema: num(1000) },
-  vad_max_speech_ms: { key: 'maxSpeechMs', schema: num(1000) },
-  vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', schema: num(0) },
-  vad_smart_split_window_ms: { key: 'smartSplitWindowMs', schema: num(0) },
+  vadTargetSpeechMs: { key: 'targetSpeechMs', schema: num(500, MAX_MS) },
+  vad_target_speech_ms: { key: 'targetSpeechMs', schema: num(500, MAX_MS) },
+  vadMaxSpeechMs: { key: 'maxSpeechMs', schema: num(1000, MAX_MS) },
+  vad_max_speech_ms: { key: 'maxSpeechMs', schema: num(1000, MAX_MS) },
+  vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
+  vad_smart_split_window_ms: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
   // The interface lists translate_to alone (no camelCase alias): `translateTo` is stripped like any other unknown name.
   translate_to: { key: 'translateTo', schema: text },
 };
 
 /** The options of one update (unknown names are allowed here and stripped below). */
-const sessionUpdateSchema = {
+export const sessionUpdateSchema = {
   type: 'object',
   properties: Object.fromEntries(Object.entries(FIELDS).map(([name, f]) => [name, f.schema])),
 };

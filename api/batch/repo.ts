@@ -22,6 +22,8 @@ export interface WorkflowRow {
   lease_until: Date | null;
   job_id: string | null;
   runs: number;
+  /** Runs whose lease lapsed and was taken over (their process died or hung): see `acquire`. */
+  lapses: number;
   created_at: Date;
   updated_at: Date;
   started_at: Date | null;
@@ -148,11 +150,13 @@ export class WorkflowRepo {
         `UPDATE batch_workflows
            SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
                started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now(),
+               lapses = lapses + CASE WHEN status = 'running' AND lease_owner IS NOT NULL AND lease_owner <> ?
+                                      AND lease_until < now() THEN 1 ELSE 0 END,
                ${STALE_POLL}
          WHERE id = ? AND status IN ('queued', 'running')
            AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
          RETURNING *`,
-        [owner, leaseSeconds, jobId, id, owner],
+        [owner, leaseSeconds, jobId, owner, id, owner],
       );
       return res.rows[0];
     });

@@ -3,6 +3,16 @@
  * the OpenAPI document are both built from these objects.
  */
 import { WORKFLOW_STATUSES } from './types.js';
+import { RESPONSE_FORMATS } from '../../shared/stt/formats.js';
+import { MIN_SEGMENT_SECONDS } from '../../shared/config/batch.js';
+
+/**
+ * Every number of a request has both bounds in its schema: JSON's `1e309`
+ * parses as Infinity, which an open-ended `exclusiveMinimum: 0` lets through
+ * (test/surface/bounds.test.ts walks every request schema for this).
+ */
+export const MAX_SEGMENT_SECONDS = 3600;
+const MAX_CONCURRENCY_ASKED = 1000;
 
 export const WORKFLOW_ID_PATTERN = '^cf_[0-9a-f]{64}$';
 export const WORKFLOW_ID_RE = new RegExp(WORKFLOW_ID_PATTERN);
@@ -34,19 +44,22 @@ export const jobRequestSchema = {
     segment_seconds: {
       type: 'number',
       exclusiveMinimum: 0,
+      maximum: MAX_SEGMENT_SECONDS,
       default: 300,
-      description: 'Target slice length in seconds (> 0).',
+      description: `Target slice length in seconds (> 0, at most ${MAX_SEGMENT_SECONDS}; below ${MIN_SEGMENT_SECONDS} counts as ${MIN_SEGMENT_SECONDS}).`,
     },
     response_format: {
       type: 'string',
+      enum: RESPONSE_FORMATS,
       default: 'verbose_json',
       description: 'Per-chunk format; the workflow always uses `verbose_json` per chunk.',
     },
     concurrency: {
       type: 'number',
       exclusiveMinimum: 0,
+      maximum: MAX_CONCURRENCY_ASKED,
       default: 6,
-      description: 'Chunks transcribed at once (> 0).',
+      description: `Chunks transcribed at once (> 0, at most ${MAX_CONCURRENCY_ASKED}; the server setting BATCH_MAX_CONCURRENCY lowers it further).`,
     },
     webhook_url: {
       type: 'string',

@@ -97,6 +97,7 @@ export class WorkflowRunner {
       return this.d.deferRun(workflowId);
     }
     const log = this.d.logger.child({ workflowId, requestId: row.request_id, run: row.runs });
+    if (row.lapses >= config.quarantineAfterCrashes) return this.quarantine(row, log);
     const lease = keepLease({
       repo,
       workflowId,
@@ -161,6 +162,25 @@ export class WorkflowRunner {
     } finally {
       lease.stop();
       await fsp.rm(workDir, { recursive: true, force: true }).catch(() => {});
+    }
+  }
+
+  /**
+   * The workflow's runs have stopped `lapses` worker processes (each died or
+   * hung holding it): it is errored, not run again, so it cannot take down
+   * the next process too. Its reservation is released and its webhook told.
+   */
+  private async quarantine(row: WorkflowRow, log: Logger): Promise<void> {
+    const error = {
+      name: 'workflow_quarantined',
+      message: `This job stopped ${row.lapses} worker processes and was set aside so that it cannot stop another. Submit it again with a new request_id; if it fails the same way, report its workflow_id to the operator.`,
+    };
+    log.error({ lapses: row.lapses }, 'workflow quarantined: its runs stopped worker processes');
+    if (row.params.webhook_url) await this.d.repo.stepSet(row.id, STEPS.webhook, 'waiting');
+    if (await this.d.repo.finish(row.id, this.runnerId, 'errored', error)) {
+      await this.budget.release('batch', row.id);
+      metrics.finished.inc({ status: 'quarantined' });
+      await this.handOffWebhook(row, log);
     }
   }
 

@@ -145,8 +145,16 @@ export interface SliceOptions {
   pauseSeconds?: number;
 }
 
+/** The most pieces one plan may have: a bound on the cut loop whatever the inputs. */
+export const MAX_SLICES = 100_000;
+
 export function planSlices(envelope: Float32Array, duration: number, opts: SliceOptions): SlicePlan {
   const S = opts.segmentSeconds;
+  // A stored workflow from before its field was bounded (null, Infinity) must fail, not loop forever.
+  if (!(S > 0 && Number.isFinite(S)) || !(duration >= 0 && Number.isFinite(duration)))
+    throw new RangeError(`cannot slice ${duration} s into pieces of ${S} s`);
+  if (duration / S > MAX_SLICES)
+    throw new RangeError(`${duration} s in pieces of ${S} s is more than ${MAX_SLICES} pieces`);
   const count = Math.max(1, Math.round(duration / S));
   const piece = duration / count;
   const search = Math.min(opts.maxSearchSeconds, piece * 0.25);

@@ -123,6 +123,13 @@ export interface BatchConfig {
   fetchMinRate: { bytes: number; windowMs: number };
   /** Workflows of one tenant (owner) running at once across every process; more wait their turn. */
   maxRunningPerTenant: number;
+  /**
+   * A workflow whose runs have stopped this many worker processes (their
+   * leases lapsed and were taken over) is errored with
+   * `workflow_quarantined` instead of run again: a poisoned job cannot take
+   * down one API process after another.
+   */
+  quarantineAfterCrashes: number;
   /** Decode (ffmpeg) wall-clock cap. */
   decodeTimeoutMs: number;
   /** Where audio is kept while a job runs (deleted afterwards). */
@@ -141,6 +148,8 @@ const REVIEW_STAGES = new Set(['annotate', 'correct']);
 export const PGBOSS_SCHEMA = 'pgboss';
 /** Shortest accepted segment_seconds (tiny slices only waste engine calls); smaller ones are raised to it. */
 export const MIN_SEGMENT_SECONDS = 2;
+/** Crashed runs after which a workflow is quarantined (BatchConfig.quarantineAfterCrashes). */
+const QUARANTINE_AFTER_CRASHES = 2;
 /** How far from each boundary the slicer may move a cut to find a pause. */
 export const SLICE_SEARCH_SECONDS = 10;
 /** Utterance pieces of a chunk (BATCH_SPLIT_UTTERANCES): separating pause, longest piece, shortest piece a pause may end (docs/decisions.md). */
@@ -217,6 +226,7 @@ export function batchConfig(env: Env): BatchConfig {
       windowMs: FETCH_RATE_WINDOW_MS,
     },
     maxRunningPerTenant: int(env, 'BATCH_MAX_RUNNING_PER_TENANT', 1, 1),
+    quarantineAfterCrashes: QUARANTINE_AFTER_CRASHES,
     decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
     storage: {

@@ -136,13 +136,14 @@ describe('batch: polls', function () {
     const id = await submit(keyA);
     const repo = t.runtime.repo;
     const kept = async () =>
-      (await repo.db('batch_workflows').where({ id }).first<{ poll_body: string | null; poll_rev: number }>(
-        'poll_body',
-        'poll_rev',
-      ))!;
+      (await repo
+        .db('batch_workflows')
+        .where({ id })
+        .first<{ poll_body: string | null; poll_rev: number }>('poll_body', 'poll_rev'))!;
     const first = await poll(keyA, id);
     // The body is kept once the poll has been answered (it is written after the answer).
-    for (let i = 0; i < 50 && (await kept()).poll_body === null; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 50 && (await kept()).poll_body === null; i++)
+      await new Promise((r) => setTimeout(r, 20));
     expect((await kept()).poll_body).to.equal(first.text);
     // Polls of an unchanged workflow send the kept text as it is.
     await repo.db('batch_workflows').where({ id }).update({ poll_body: '{"kept":true}' });

@@ -63,6 +63,16 @@ describe('batch: slicing at pauses', () => {
     expect(planSlices(env, 95, { segmentSeconds: 300, maxSearchSeconds: 10 }).slices).to.have.length(1);
   });
 
+  it('refuses a segment length that is not a finite positive number instead of cutting forever (issue 41)', () => {
+    const env = synthetic(95, []);
+    // A workflow stored before the schema bounded the field kept `null` (JSON of Infinity).
+    for (const bad of [Infinity, null, NaN, 0, -1, 1e-9])
+      expect(
+        () => planSlices(env, 95, { segmentSeconds: bad as number, maxSearchSeconds: 10 }),
+        String(bad),
+      ).to.throw(RangeError);
+  });
+
   it('splits a chunk into utterances at its pauses and drops silent stretches', () => {
     const env = synthetic(20, [
       [0, 1],

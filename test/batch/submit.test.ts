@@ -61,6 +61,11 @@ describe('batch: submission', function () {
     ['segment_seconds negative', { audio_url: 'https://e.com/a', segment_seconds: -5 }],
     ['concurrency 0', { audio_url: 'https://e.com/a', concurrency: 0 }],
     ['concurrency string', { audio_url: 'https://e.com/a', concurrency: '2' }],
+    [
+      'response_format unknown (stored fields are capped)',
+      { audio_url: 'https://e.com/a', response_format: 'x'.repeat(1000) },
+    ],
+    ['segment_seconds above its maximum', { audio_url: 'https://e.com/a', segment_seconds: 1e308 }],
     ['review not boolean', { audio_url: 'https://e.com/a', review: 'yes' }],
     ['metadata not object', { audio_url: 'https://e.com/a', metadata: 'x' }],
     ['unknown field', { audio_url: 'https://e.com/a', colour: 'red' }],

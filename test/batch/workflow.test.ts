@@ -465,9 +465,10 @@ describe('batch: workflow end to end', function () {
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
     const batchWer = wer(reference, done.body.output.result.text);
     const segmentWer = wer(reference, segment.body.text);
-    expect(batchWer, `batch "${done.body.output.result.text}" vs segment "${segment.body.text}"`).to.be.at.most(
-      segmentWer + 0.05,
-    );
+    expect(
+      batchWer,
+      `batch "${done.body.output.result.text}" vs segment "${segment.body.text}"`,
+    ).to.be.at.most(segmentWer + 0.05);
   });
 });
 

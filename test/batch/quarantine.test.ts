@@ -1,0 +1,142 @@
+/**
+ * A workflow that stops its worker is quarantined (issue 41): before, one
+ * batch request blocked the event loop of the API that ran it, and when its
+ * lease lapsed the next API took it over and died too, again after every
+ * restart. Real worker processes here hang on a poisoned workflow (the
+ * fixture's busy loop); after two of them, the third errors the workflow
+ * with `workflow_quarantined` and goes on serving other jobs.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  randomId,
+  repoRoot,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
+
+function startWorker(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      if (d.toString().includes('ready')) resolve(child);
+    });
+  });
+}
+
+describe('batch: a workflow that stops its workers is quarantined', function () {
+  this.timeout(180_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  const children: ChildProcess[] = [];
+  const dir = tmpDir('batch-quarantine-');
+
+  before(async () => {
+    buildRecording(path.join(dir, 'clip.wav'), ['jfk.wav'], 0.5);
+    files = await startFileServer(dir);
+    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
+    await t.runtime.start({ workers: false });
+  });
+  after(async () => {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const kill = async (c: ChildProcess) => {
+    c.kill('SIGKILL');
+    if (c.exitCode === null && c.signalCode === null) await new Promise((r) => c.once('exit', r));
+  };
+
+  it('after two crashed runs the next worker errors it and serves the next job', async () => {
+    const { key } = await issueKey(t, { ownerId: 'tenant-poison', plan: 'pro' });
+    const callLog = path.join(dir, 'calls.log');
+    fs.writeFileSync(callLog, '');
+    const env = {
+      DATABASE_URL: t.db.url,
+      DATA_DIR: t.dataDir,
+      WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
+      OUTBOUND_ALLOW: '127.0.0.1',
+      BATCH_LEASE_SECONDS: '2',
+      STT_THREADS: '1',
+      LOG_LEVEL: 'warn',
+    };
+    const submit = async (requestId: string) => {
+      const r = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({ audio_url: `${files.url}/clip.wav`, request_id: requestId });
+      expect(r.status).to.equal(202);
+      return r.body.workflow_id as string;
+    };
+    const row = (id: string) => t.deps.db('batch_workflows').where({ id }).first();
+    const poisoned = await submit(randomId('poison'));
+    fs.writeFileSync(`${callLog}.poison`, poisoned);
+
+    // Two workers in turn take the workflow and hang on it (their leases lapse); each is then killed.
+    for (let crash = 1; crash <= 2; crash++) {
+      const w = await startWorker(env, callLog);
+      children.push(w);
+      await waitFor(
+        async () => {
+          const r = await row(poisoned);
+          return r.runs === crash && r.lease_until && new Date(r.lease_until).getTime() < Date.now();
+        },
+        60_000,
+        100,
+      );
+      expect((await row(poisoned)).lapses).to.equal(crash - 1);
+      await kill(w);
+    }
+
+    const w3 = await startWorker(env, callLog);
+    children.push(w3);
+    const done = await waitFor(
+      async () => {
+        const r = await row(poisoned);
+        return r.status === 'errored' ? r : undefined;
+      },
+      60_000,
+      100,
+    );
+    expect(done.error.name).to.equal('workflow_quarantined');
+    expect(done.lapses).to.equal(2);
+    const poll = await request(t.server)
+      .get(`/v1/audio/transcriptions/jobs/${poisoned}`)
+      .set('authorization', `Bearer ${key}`);
+    expect(poll.body.status).to.equal('errored');
+    expect(poll.body.error.name).to.equal('workflow_quarantined');
+
+    // The worker that set it aside lives and runs the next job to the end.
+    const next = await submit(randomId('after'));
+    const ok = await waitFor(
+      async () => {
+        const r = await row(next);
+        return r.status === 'complete' || r.status === 'errored' ? r : undefined;
+      },
+      90_000,
+      200,
+    );
+    expect(ok.status, JSON.stringify(ok.error)).to.equal('complete');
+    expect(w3.exitCode).to.equal(null);
+  });
+});
