@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import type { PlanCatalog, PlanLimits } from '../plans.js';
-import { type KeyRow, type KeyStatus, type KeyStore, effectiveStatus } from './keyStore.js';
+import { type KeyRow, type KeyStatus, type KeyStore, effectiveStatus, tenantOf } from './keyStore.js';
 import { hashApiKey, looksLikeApiKey } from './keys.js';
 import { issueSessionToken, verifySessionToken } from './sessionTokens.js';
 
@@ -206,7 +206,7 @@ export class Authenticator {
     const plan = this.plans.has(row.plan) ? row.plan : 'free';
     return {
       ok: true,
-      principal: { keyId: row.id, ownerId: row.owner_id, plan, limits: this.plans.limits(plan), via },
+      principal: { keyId: row.id, ownerId: tenantOf(row), plan, limits: this.plans.limits(plan), via },
     };
   }
 

@@ -23,6 +23,24 @@ export interface KeyRow {
 
 export type KeyStatus = 'active' | 'revoked' | 'expired';
 
+/**
+ * The owner a key is issued with when none is given (interface 4.11). It
+ * shares nothing (issue 41: every key issued without an owner could read
+ * the others' jobs): the tenant of such a key is `default:<key id>`, which
+ * no explicit owner id may spell (api/routes/admin/schemas.ts).
+ */
+export const DEFAULT_OWNER = 'default';
+
+/** The tenant a key's requests act for: its owner, or the key alone for the default owner. */
+export function tenantOf(row: Pick<KeyRow, 'id' | 'owner_id'>): string {
+  return row.owner_id === DEFAULT_OWNER ? `${DEFAULT_OWNER}:${row.id}` : row.owner_id;
+}
+
+/** An `Idempotency-Key` already names another issue request (or a key no longer active). */
+export class IdempotencyConflict extends Error {
+  override name = 'IdempotencyConflict';
+}
+
 export interface KeyRecord {
   key?: string;
   id: string;
@@ -83,27 +101,67 @@ export class KeyStore {
     };
   }
 
+  /**
+   * Issues a key (owner `default` is a tenant of its own: `tenantOf`). With `idempotencyKey`, a retry of the same request
+   * (same fingerprint) answers the key it issued first, with a new secret:
+   * the earlier plaintext, which the caller never received, stops working
+   * (`replaced` is the row as it was, for the caller to drop from caches).
+   * The same idempotency key with another request throws IdempotencyConflict.
+   */
   async issue(input: {
     ownerId: string;
     plan: string;
     label?: string;
     expiresAt?: Date;
-  }): Promise<KeyRecord> {
+    idempotencyKey?: string;
+  }): Promise<KeyRecord & { replaced?: KeyRow }> {
     const key = generateApiKey();
+    const secret = { key_hash: hashApiKey(key), key_prefix: keyPrefixOf(key), last_four: lastFourOf(key) };
+    const id = generateKeyId();
+    const fingerprint = input.idempotencyKey
+      ? hashApiKey(
+          JSON.stringify([
+            input.ownerId ?? null,
+            input.plan,
+            input.label ?? null,
+            input.expiresAt?.toISOString() ?? null,
+          ]),
+        )
+      : null;
     const [row] = await this.db<KeyRow>('api_keys')
       .insert({
-        id: generateKeyId(),
+        id,
         owner_id: input.ownerId,
         plan: input.plan,
         label: input.label ?? null,
-        key_hash: hashApiKey(key),
-        key_prefix: keyPrefixOf(key),
-        last_four: lastFourOf(key),
+        ...secret,
         status: 'active',
         expires_at: input.expiresAt ?? null,
-      })
+        ...(input.idempotencyKey && {
+          idempotency_key: input.idempotencyKey,
+          request_fingerprint: fingerprint,
+        }),
+      } as Partial<KeyRow>)
+      .onConflict('idempotency_key')
+      .ignore()
       .returning('*');
-    return this.present(row, key);
+    if (row) return this.present(row, key);
+    return this.db.transaction(async (tx) => {
+      const first = await tx('api_keys')
+        .where({ idempotency_key: input.idempotencyKey })
+        .forUpdate()
+        .first<(KeyRow & { request_fingerprint: string | null }) | undefined>();
+      if (!first)
+        throw new IdempotencyConflict('The key of this Idempotency-Key was removed; use a new one.');
+      if (first.request_fingerprint !== fingerprint)
+        throw new IdempotencyConflict('This Idempotency-Key was used with a different request.');
+      if (effectiveStatus(first) !== 'active')
+        throw new IdempotencyConflict(
+          `The key issued for this Idempotency-Key is ${effectiveStatus(first)}.`,
+        );
+      const [rotated] = await tx<KeyRow>('api_keys').where({ id: first.id }).update(secret).returning('*');
+      return { ...this.present(rotated, key), replaced: first };
+    });
   }
 
   async list(filter: { ownerId?: string; limit?: number } = {}): Promise<KeyRecord[]> {

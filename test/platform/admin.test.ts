@@ -186,6 +186,16 @@ describe('admin API', () => {
         { label: 'x\u0000' },
         { plan: 'free\u0000' },
         { owner_id: 'a\nb' },
+        // Issue 41: lone surrogates (stored as U+FFFD, so two of them were one owner), C1 controls,
+        // bidirectional overrides and isolates, line separators.
+        { owner_id: 'lone\ud800' },
+        { owner_id: 'lone\udfff' },
+        { owner_id: 'a\u0085b' },
+        { owner_id: 'a\u202eb' },
+        { owner_id: 'a\u2066b' },
+        { label: 'x\u2028y' },
+        { label: 'x\u009by' },
+        { owner_id: 'default:key_0123' },
       ]) {
         envelope(
           (await request(t.server).post(KEYS).set(admin).send(body).expect(400)).body,

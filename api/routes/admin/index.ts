@@ -4,7 +4,7 @@
  */
 import type { Context } from 'koa';
 import type { AppDeps } from '../../deps.js';
-import type { KeyRow } from '../../../shared/auth/index.js';
+import { IdempotencyConflict, type KeyRow } from '../../../shared/auth/index.js';
 import { requireAdmin } from '../../http/auth.js';
 import { jsonBody } from '../../http/body.js';
 import { ApiError, isDataException, isStoreUnavailable, usePlane } from '../../http/errors.js';
@@ -157,11 +157,34 @@ export function routes(deps: AppDeps): Route[] {
               );
             }
           }
+          const idempotencyKey = ctx.get('idempotency-key') || undefined;
+          if (idempotencyKey !== undefined && !/^[\x21-\x7e]{1,255}$/.test(idempotencyKey))
+            throw new ApiError(
+              400,
+              'invalid_request',
+              'Header "Idempotency-Key" must be 1 to 255 printable ASCII characters.',
+            );
           try {
-            const record = await keys.issue({ ownerId: body.owner_id, plan, label: body.label, expiresAt });
-            ctx.state.log.info({ keyId: record.id, ownerId: record.ownerId, plan }, 'api key issued');
+            const { replaced, ...record } = await keys.issue({
+              // Stored as compared: one spelling of each owner (NFC), so two spellings cannot be two tenants.
+              ownerId: body.owner_id.normalize('NFC'),
+              plan,
+              label: body.label,
+              expiresAt,
+              idempotencyKey,
+            });
+            if (replaced) {
+              auth.invalidate(replaced);
+              ctx.set('Idempotent-Replayed', 'true');
+            }
+            ctx.state.log.info(
+              { keyId: record.id, ownerId: record.ownerId, plan, replayed: Boolean(replaced) },
+              'api key issued',
+            );
             ok(ctx, record, 201);
           } catch (err) {
+            if (err instanceof IdempotencyConflict)
+              throw new ApiError(409, 'idempotency_key_reused', err.message);
             if (isStoreUnavailable(err)) throw storeUnavailable();
             if (isDataException(err)) throw err; // the input's fault: 400 from the error middleware
             ctx.state.log.error({ err }, 'key issue failed');
@@ -172,9 +195,28 @@ export function routes(deps: AppDeps): Route[] {
       doc: adminDoc({
         operationId: 'issueKey',
         summary: 'Issue an API key (the plaintext key is returned only this once)',
+        parameters: [
+          {
+            name: 'Idempotency-Key',
+            in: 'header',
+            required: false,
+            description:
+              'Makes a retry safe: the same request with the same value answers the same key (a new secret) instead of issuing a second one.',
+            schema: { type: 'string', minLength: 1, maxLength: 255 },
+          },
+        ],
         requestBody: [{ contentType: 'application/json', schema: issueKeyBody, required: false }],
         responses: {
-          '201': { description: 'Key issued', schema: adminEnvelope(keyRecordSchema) },
+          '201': {
+            description:
+              'Key issued. With an `Idempotency-Key` header already used for the same request: the same key (same id) with a new secret, the earlier one revoked, and `Idempotent-Replayed: true`.',
+            schema: adminEnvelope(keyRecordSchema),
+          },
+          '409': {
+            description:
+              '`idempotency_key_reused`: the Idempotency-Key was used for a different request, or its key is no longer active.',
+            schema: adminErrorSchema,
+          },
           ...adminErrors(['400', '401', '500']),
         },
       }),
@@ -188,7 +230,7 @@ export function routes(deps: AppDeps): Route[] {
         validateQuery(listKeysQuery),
         async (ctx) => {
           const { owner_id } = ctx.state.query as { owner_id?: string };
-          ok(ctx, await guardStore(() => keys.list({ ownerId: owner_id })));
+          ok(ctx, await guardStore(() => keys.list({ ownerId: owner_id?.normalize('NFC') })));
         },
       ],
       doc: adminDoc({

@@ -1,14 +1,33 @@
 import type { FromSchema } from 'json-schema-to-ts';
 import { planLimitsSchema } from '../../openapi/schemas.js';
+import { DEFAULT_OWNER } from '../../../shared/auth/keyStore.js';
 
-/** Printable text only: no NUL (Postgres text cannot hold it) and no other control characters. */
-const NO_CONTROL_CHARS = '^[^\\u0000-\\u001f\\u007f]*$';
+/**
+ * Printable text only (ajv compiles patterns with the `u` flag): no C0 or C1
+ * controls (NUL cannot be stored), no bidirectional overrides or isolates and
+ * no line or paragraph separators (they reach logs and admin JSON), and no
+ * lone surrogates (UTF-8 cannot carry them: Postgres would store each as
+ * U+FFFD, so `"a\ud800"` and `"a\udfff"` became the same owner).
+ */
+export const PRINTABLE_TEXT =
+  '^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff]*$';
+const NO_CONTROL_CHARS = PRINTABLE_TEXT;
 
 export const issueKeyBody = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    owner_id: { type: 'string', minLength: 1, maxLength: 200, pattern: NO_CONTROL_CHARS, default: 'default' },
+    owner_id: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 200,
+      pattern: NO_CONTROL_CHARS,
+      // `default:` names the tenants of keys issued with the default owner (shared/auth/keyStore.ts).
+      not: { pattern: '^default:' },
+      default: DEFAULT_OWNER,
+      description:
+        'Tenant of the key (stored in Unicode NFC). Keys of one owner share its jobs, artifacts and request_ids. The default owner `default` shares nothing: each key issued with it is a tenant of its own.',
+    },
     plan: { type: 'string', minLength: 1, maxLength: 100, pattern: NO_CONTROL_CHARS },
     label: { type: 'string', maxLength: 200, pattern: NO_CONTROL_CHARS },
     expires_at: { type: 'string', format: 'date-time', description: 'ISO 8601 date-time in the future.' },
