@@ -90,6 +90,17 @@ export class WorkflowRepo {
     return this.createOrGetActive(row);
   }
 
+  /** How many unfinished workflows of the same tenant were submitted before this one (its place in its tenant's line). */
+  async tenantBacklogAhead(id: string): Promise<number> {
+    const { rows } = await this.db.raw<{ rows: { n: string }[] }>(
+      `SELECT count(*) AS n FROM batch_workflows w JOIN batch_workflows me ON me.id = ?
+        WHERE w.owner_id = me.owner_id AND w.status IN ('queued', 'running')
+          AND (w.created_at, w.id) < (me.created_at, me.id)`,
+      [id],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
   async get(id: string): Promise<WorkflowRow | undefined> {
     return this.db<WorkflowRow>('batch_workflows').where({ id }).first();
   }
