@@ -24,7 +24,8 @@ import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
-import { loadWebhookSecret, signedHeaders, WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
+import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
+import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { Semaphore } from '../../shared/semaphore.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
@@ -105,12 +106,7 @@ export class BatchRuntime {
     this.boss = boss;
     if (!workers) return;
 
-    const secret = await loadWebhookSecret(cfg.batch.webhook);
-    try {
-      signedHeaders(secret, 'msg_check', new Date(), '{}');
-    } catch {
-      throw new Error('WEBHOOK_SECRET must be "whsec_" followed by base64 (Standard Webhooks format)');
-    }
+    const secrets = await this.webhookSecrets();
     this.runner = new WorkflowRunner({
       db: this.d.db,
       ledger: this.d.ledger,
@@ -136,7 +132,7 @@ export class BatchRuntime {
       store: this.store,
       outbound: this.outbound,
       config: cfg.batch,
-      secret,
+      secrets,
       logger: this.log,
       schedule: (job, delay) => this.sendWebhook(job, delay),
     });
@@ -158,13 +154,16 @@ export class BatchRuntime {
         },
       );
     }
-    await boss.work<WebhookDeliveryJob>(
-      WEBHOOK_QUEUE,
-      { batchSize: 1, pollingIntervalSeconds: 0.5 },
-      async ([job]) => {
-        metrics.webhookAttempts.inc({ outcome: await deliverer.deliver(job.data) });
-      },
-    );
+    // Several deliveries at once, each receiver at most its share of them (WebhookDeliverer.deliver).
+    for (let i = 0; i < cfg.batch.webhook.concurrency; i++) {
+      await boss.work<WebhookDeliveryJob>(
+        WEBHOOK_QUEUE,
+        { batchSize: 1, pollingIntervalSeconds: 0.5 },
+        async ([job]) => {
+          metrics.webhookAttempts.inc({ outcome: await deliverer.deliver(job.data) });
+        },
+      );
+    }
     const sweep = () => {
       this.sweep().catch((err) => this.log.warn({ err }, 'batch sweep failed'));
     };
@@ -339,6 +338,22 @@ export class BatchRuntime {
       endpoint: `GET /${id}`,
       poll_endpoint: `GET /v1/audio/transcriptions/jobs/${id}`,
     };
+  }
+
+  private secrets: Promise<string[]> | undefined;
+
+  /** The operator's webhook secrets, current first (loaded once). */
+  private webhookSecrets(): Promise<string[]> {
+    this.secrets ??= loadWebhookSecrets(this.d.config.batch.webhook).catch((err) => {
+      this.secrets = undefined;
+      throw err;
+    });
+    return this.secrets;
+  }
+
+  /** The key a tenant verifies its webhooks with (the current one; docs/webhooks.md). */
+  async webhookSecretFor(ownerId: string): Promise<string> {
+    return tenantSecret((await this.webhookSecrets())[0], ownerId);
   }
 
   /** The poll response (interface 2.3, JSON text) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */

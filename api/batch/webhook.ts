@@ -2,22 +2,20 @@
  * Webhook delivery (docs/webhooks.md). Standard Webhooks signing:
  * `webhook-id` (stable across retries, so receivers can de-duplicate),
  * `webhook-timestamp` (seconds) and `webhook-signature` = `v1,` + base64
- * HMAC-SHA256 over `{id}.{timestamp}.{body}` with the secret's key bytes.
+ * HMAC-SHA256 over `{id}.{timestamp}.{body}` with the tenant's own key
+ * (api/batch/signing.ts).
  * Each attempt is recorded in batch_webhook_deliveries; failures are retried
  * through the pg-boss queue (startAfter) with exponential backoff and full
  * jitter over several hours; a 410 Gone stops retrying at once.
  */
-import { randomBytes } from 'node:crypto';
-import { promises as fsp } from 'node:fs';
-import path from 'node:path';
 import type { Logger } from 'pino';
-import { Webhook } from 'standardwebhooks';
 import type { BatchConfig, WebhookConfig } from '../../shared/config/batch.js';
 import { OutboundClient, OutboundError } from './net/index.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
 import type { WorkflowRepo } from './repo.js';
 import { artifactKeys } from './artifacts.js';
 import { STEPS } from './steps/order.js';
+import { signedHeaders, tenantSecret } from './signing.js';
 
 export interface WebhookPayload {
   type: 'transcription.completed' | 'transcription.failed';
@@ -25,6 +23,9 @@ export interface WebhookPayload {
   data: {
     workflow_id: string;
     request_id: string;
+    /** The tenant and key that submitted the job: a receiver shared by tenants tells them apart. */
+    owner_id: string;
+    key_id: string;
     status: string;
     result: unknown;
     reviewed_result: unknown;
@@ -43,35 +44,16 @@ export function backoffSeconds(
   return Math.round(exp * (0.5 + 0.5 * rand()) * 1000) / 1000;
 }
 
-export function signedHeaders(
-  secret: string,
-  messageId: string,
-  at: Date,
-  body: string,
-): Record<string, string> {
-  return {
-    'content-type': 'application/json',
-    'user-agent': 'stt-service-webhooks/1',
-    'webhook-id': messageId,
-    'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
-    'webhook-signature': new Webhook(secret).sign(messageId, at, body),
-  };
-}
+/** How long a delivery waits when its receiver is busy with this process's others. */
+const RECEIVER_BUSY_DELAY_SECONDS = 1;
 
-/** The configured secret, or one generated once and kept (0600) in DATA_DIR so restarts keep verifying. */
-export async function loadWebhookSecret(cfg: WebhookConfig): Promise<string> {
-  if (cfg.secret) return cfg.secret;
+/** The receiver a URL names: host and port (paths of one server share its capacity). */
+function receiverOf(url: string): string {
   try {
-    return (await fsp.readFile(cfg.secretFile, 'utf8')).trim();
+    const u = new URL(url);
+    return `${u.hostname}:${u.port || (u.protocol === 'https:' ? 443 : 80)}`;
   } catch {
-    const secret = `whsec_${randomBytes(32).toString('base64')}`;
-    await fsp.mkdir(path.dirname(cfg.secretFile), { recursive: true });
-    try {
-      await fsp.writeFile(cfg.secretFile, secret + '\n', { mode: 0o600, flag: 'wx' });
-      return secret;
-    } catch {
-      return (await fsp.readFile(cfg.secretFile, 'utf8')).trim(); // another process won the race
-    }
+    return url;
   }
 }
 
@@ -87,14 +69,15 @@ export class WebhookDeliverer {
       store: ArtifactStore;
       outbound: OutboundClient;
       config: BatchConfig;
-      secret: string;
+      /** The operator's secrets, current first (api/batch/signing.ts). */
+      secrets: readonly string[];
       logger: Logger;
       /** Queue another attempt after a delay. */
       schedule(job: WebhookDeliveryJob, delaySeconds: number): Promise<void>;
     },
   ) {}
 
-  async payload(workflowId: string): Promise<{ url: string; body: string } | null> {
+  async payload(workflowId: string): Promise<{ url: string; body: string; ownerId: string } | null> {
     const row = await this.d.repo.get(workflowId);
     if (!row?.params.webhook_url) return null;
     const store = tenantStore(this.d.store, row.owner_id);
@@ -108,6 +91,8 @@ export class WebhookDeliverer {
       data: {
         workflow_id: row.id,
         request_id: row.request_id,
+        owner_id: row.owner_id,
+        key_id: row.key_id,
         status: row.status,
         result,
         reviewed_result: reviewed,
@@ -118,15 +103,52 @@ export class WebhookDeliverer {
         },
       },
     };
-    return { url: row.params.webhook_url, body: JSON.stringify(payload) };
+    return { url: row.params.webhook_url, body: JSON.stringify(payload), ownerId: row.owner_id };
   }
 
-  /** One delivery attempt. */
-  async deliver(job: WebhookDeliveryJob): Promise<'delivered' | 'failed' | 'gone' | 'abandoned' | 'skipped'> {
-    const { repo, config, logger } = this.d;
-    const wh = config.webhook;
+  /** Deliveries in flight from this process, per tenant and per tenant's receiver (`host:port`). */
+  private readonly inFlight = new Map<string, number>();
+
+  /**
+   * One delivery attempt. A tenant's receiver already holding `perReceiver`
+   * of this process's deliveries, or a tenant holding half of them, is not
+   * called: the job is queued again shortly (not an attempt). So a receiver
+   * that hangs holds only its tenant's share and the other tenants'
+   * deliveries leave at once (issue 41: one slow receiver delayed every
+   * tenant's webhooks by minutes).
+   */
+  async deliver(
+    job: WebhookDeliveryJob,
+  ): Promise<'delivered' | 'failed' | 'gone' | 'abandoned' | 'skipped' | 'deferred'> {
     const p = await this.payload(job.workflowId);
     if (!p) return 'skipped';
+    const { concurrency, perReceiver } = this.d.config.webhook;
+    const slots: [string, number][] = [
+      [`tenant ${p.ownerId}`, Math.max(1, Math.floor(concurrency / 2))],
+      [`receiver ${p.ownerId} ${receiverOf(p.url)}`, perReceiver],
+    ];
+    if (slots.some(([k, cap]) => (this.inFlight.get(k) ?? 0) >= cap)) {
+      await this.d.schedule(job, RECEIVER_BUSY_DELAY_SECONDS);
+      return 'deferred';
+    }
+    for (const [k] of slots) this.inFlight.set(k, (this.inFlight.get(k) ?? 0) + 1);
+    try {
+      return await this.attempt(job, p);
+    } finally {
+      for (const [k] of slots) {
+        const left = (this.inFlight.get(k) ?? 1) - 1;
+        if (left > 0) this.inFlight.set(k, left);
+        else this.inFlight.delete(k);
+      }
+    }
+  }
+
+  private async attempt(
+    job: WebhookDeliveryJob,
+    p: { url: string; body: string; ownerId: string },
+  ): Promise<'delivered' | 'failed' | 'gone' | 'abandoned' | 'skipped'> {
+    const { repo, config, logger } = this.d;
+    const wh = config.webhook;
     // A job queued again by the sweeper while the original was only late: one attempt each.
     if ((await repo.lastDeliveryAttempt(job.workflowId)) >= job.attempt) return 'skipped';
     const messageId = `msg_${job.workflowId}`;
@@ -139,10 +161,16 @@ export class WebhookDeliverer {
     try {
       const res = await this.d.outbound.request(p.url, {
         method: 'POST',
-        headers: signedHeaders(this.d.secret, messageId, at, p.body),
+        headers: signedHeaders(
+          this.d.secrets.map((s) => tenantSecret(s, p.ownerId)),
+          messageId,
+          at,
+          p.body,
+        ),
         body: p.body,
         timeoutMs: wh.timeoutMs,
-        maxBytes: wh.maxResponseBytes,
+        // The status is the receipt; what the receiver writes after it is not read (a 200 with a large body was retried).
+        statusOnly: true,
       });
       status = res.status;
     } catch (err) {

@@ -19,6 +19,7 @@ import * as tokens from './tokens/index.js';
 import * as segment from './segment/index.js';
 import * as artifacts from './artifacts/index.js';
 import * as jobs from './jobs/index.js';
+import * as webhooks from './webhooks/index.js';
 import * as openai from './openai/index.js';
 import * as stream from './stream/index.js';
 
@@ -36,6 +37,7 @@ export function apiRoutes(deps: AppDeps): Route[] {
     ...openai.routes(deps),
     ...artifacts.routes(deps),
     ...jobs.routes(deps),
+    ...webhooks.routes(deps),
   ];
   return all;
 }

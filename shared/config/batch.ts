@@ -62,7 +62,9 @@ export interface WebhookConfig {
   maxAttempts: number;
   baseDelaySeconds: number;
   maxDelaySeconds: number;
-  maxResponseBytes: number;
+  /** Deliveries in flight per API process (one tenant at most half of them), and at most this many to one tenant's receiver (host and port). */
+  concurrency: number;
+  perReceiver: number;
   /**
    * A delivery that should have been attempted this long ago but left no
    * record (its process died between finishing the job and queueing the
@@ -176,9 +178,11 @@ export const S3_REQUEST_TIMEOUT_MS = 30_000;
 /** Outbound fetches (audio, webhooks): redirects followed, connect timeout. */
 export const OUTBOUND_MAX_REDIRECTS = 5;
 export const OUTBOUND_CONNECT_TIMEOUT_MS = 10_000;
-/** Webhook delivery: per-attempt timeout, response bytes read, and when an overdue unrecorded delivery is queued again. */
+/** Webhook delivery: per-attempt timeout, and when an overdue unrecorded delivery is queued again. */
 export const WEBHOOK_TIMEOUT_MS = 10_000;
-export const WEBHOOK_MAX_RESPONSE_BYTES = 64 * 1024;
+/** Deliveries in flight per process, and to one receiver (a slow receiver holds only its own share). */
+const WEBHOOK_CONCURRENCY = 8;
+const WEBHOOK_PER_RECEIVER = 2;
 export const WEBHOOK_RECOVER_AFTER_SECONDS = 300;
 /** Words below this engine confidence are flagged by the offline annotator. */
 export const REVIEW_LOW_CONFIDENCE = 0.5;
@@ -269,7 +273,8 @@ export function batchConfig(env: Env): BatchConfig {
       maxAttempts: int(env, 'WEBHOOK_MAX_ATTEMPTS', 12, 1),
       baseDelaySeconds: num(env, 'WEBHOOK_BASE_DELAY_SECONDS', 30, 0),
       maxDelaySeconds: num(env, 'WEBHOOK_MAX_DELAY_SECONDS', 3 * 3600, 0),
-      maxResponseBytes: WEBHOOK_MAX_RESPONSE_BYTES,
+      concurrency: WEBHOOK_CONCURRENCY,
+      perReceiver: WEBHOOK_PER_RECEIVER,
       recoverAfterSeconds: WEBHOOK_RECOVER_AFTER_SECONDS,
     },
   };

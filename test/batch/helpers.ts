@@ -56,8 +56,11 @@ export interface FileServer {
   url: string;
   port: number;
   hits: string[];
-  /** Webhook calls received (path, headers, body). */
-  posts: { path: string; headers: http.IncomingHttpHeaders; body: string }[];
+  /**
+   * Webhook calls received (path, headers, body, arrival time). POSTs to
+   * `/big…` are answered 200 with a 1 MiB body; to `/hang…`, never.
+   */
+  posts: { path: string; headers: http.IncomingHttpHeaders; body: string; at: number }[];
   /** Status codes to answer POSTs with, consumed in order (default 200). */
   postStatuses: number[];
   close(): Promise<void>;
@@ -75,7 +78,14 @@ export async function startFileServer(dir: string): Promise<FileServer> {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        posts.push({ path: url.pathname, headers: req.headers, body: Buffer.concat(chunks).toString() });
+        posts.push({
+          path: url.pathname,
+          headers: req.headers,
+          body: Buffer.concat(chunks).toString(),
+          at: Date.now(),
+        });
+        if (url.pathname.startsWith('/hang')) return;
+        if (url.pathname.startsWith('/big')) return void res.writeHead(200).end(Buffer.alloc(1 << 20, 'x'));
         res.writeHead(postStatuses.shift() ?? 200).end('ok');
       });
       return;

@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import { expect } from 'chai';
 import request from 'supertest';
 import { Webhook } from 'standardwebhooks';
-import { backoffSeconds, signedHeaders } from '../../api/batch/webhook.js';
+import { backoffSeconds } from '../../api/batch/webhook.js';
+import { signedHeaders, tenantSecret } from '../../api/batch/signing.js';
 import { batchConfig } from '../../shared/config/batch.js';
 import {
   createBatchTestApp,
@@ -41,6 +42,22 @@ describe('batch: webhook backoff and signing', () => {
       wh.verify('{"a":2}', { ...h, 'webhook-timestamp': String(Math.floor(Date.now() / 1000)) }),
     ).to.throw();
   });
+
+  it("each tenant has its own key, derived from the operator's secret; during rotation every message carries both", () => {
+    const a = tenantSecret(TEST_WEBHOOK_SECRET, 'tenant-a');
+    expect(a)
+      .to.match(/^whsec_/)
+      .and.equal(tenantSecret(TEST_WEBHOOK_SECRET, 'tenant-a'));
+    expect(tenantSecret(TEST_WEBHOOK_SECRET, 'tenant-b')).to.not.equal(a);
+    const next = `whsec_${Buffer.from('the-next-operator-secret-0123456789').toString('base64')}`;
+    const at = new Date();
+    const body = '{"a":1}';
+    const h = signedHeaders([tenantSecret(next, 'tenant-a'), a], 'msg_2', at, body);
+    expect(h['webhook-signature'].split(' ')).to.have.length(2);
+    new Webhook(a).verify(body, h); // receivers still on the old key
+    new Webhook(tenantSecret(next, 'tenant-a')).verify(body, h); // and those already moved
+    expect(() => new Webhook(tenantSecret(next, 'tenant-b')).verify(body, h)).to.throw();
+  });
 });
 
 describe('batch: webhook delivery', function () {
@@ -57,23 +74,40 @@ describe('batch: webhook delivery', function () {
       { start: true, overrides: { batch: { webhook: { recoverAfterSeconds: 5 } } } },
     );
     key = (await issueKey(t, { ownerId: 'tenant-w', plan: 'pro' })).key;
+    secret = await tenantSecretOf(key);
   });
+  let secret: string;
+  const tenantSecretOf = async (k: string) => {
+    const r = await request(t.server).get('/v1/webhooks/secret').set('authorization', `Bearer ${k}`);
+    expect(r.status).to.equal(200);
+    return r.body.secret as string;
+  };
   after(async () => {
     await t?.close();
     await files?.close();
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  async function run(hookPath: string) {
+  async function run(hookPath: string, as = key) {
     const r = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
-      .set('authorization', `Bearer ${key}`)
+      .set('authorization', `Bearer ${as}`)
       .send({ audio_url: `${files.url}/short.wav`, webhook_url: `${files.url}${hookPath}` });
     expect(r.status).to.equal(202);
     return r.body.workflow_id as string;
   }
   const deliveries = (id: string) =>
     t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).orderBy('attempt');
+  /** The deliveries of a job once there is one. */
+  const firstDeliveries = (id: string) =>
+    waitFor(
+      async () => {
+        const d = await deliveries(id);
+        return d.length ? d : undefined;
+      },
+      30_000,
+      200,
+    );
 
   it('retries failed deliveries with growing delays, recording every attempt, until one succeeds', async () => {
     files.postStatuses.push(500, 503);
@@ -93,13 +127,50 @@ describe('batch: webhook delivery', function () {
     expect(calls).to.have.length(3);
     // Same message id on every attempt so receivers can de-duplicate; each verifies.
     expect(new Set(calls.map((c) => c.headers['webhook-id'])).size).to.equal(1);
-    for (const c of calls)
-      new Webhook(TEST_WEBHOOK_SECRET).verify(c.body, c.headers as Record<string, string>);
+    for (const c of calls) new Webhook(secret).verify(c.body, c.headers as Record<string, string>);
+    // Signed with the tenant's key, not the operator's secret.
+    expect(() =>
+      new Webhook(TEST_WEBHOOK_SECRET).verify(calls[0].body, calls[0].headers as Record<string, string>),
+    ).to.throw();
     const poll = await request(t.server)
       .get(`/v1/audio/transcriptions/jobs/${id}`)
       .set('authorization', `Bearer ${key}`);
     const step = poll.body.steps.find((s: { name: string }) => s.name === 'webhook');
     expect(step).to.include({ status: 'complete', attempts: 3 });
+  });
+
+  it('another tenant cannot send a receiver a message that verifies; the payload names the owner and key', async () => {
+    const other = await issueKey(t, { ownerId: 'tenant-intruder', plan: 'pro' });
+    const id = await run('/receiver-of-w', other.key);
+    const rows = await firstDeliveries(id);
+    expect(rows[0].outcome).to.equal('delivered');
+    const call = files.posts.find((p) => p.path === '/receiver-of-w')!;
+    const headers = call.headers as Record<string, string>;
+    // tenant-w's receiver, verifying with tenant-w's secret, refuses it (before: one secret signed every tenant's).
+    expect(() => new Webhook(secret).verify(call.body, headers)).to.throw();
+    const payload = new Webhook(await tenantSecretOf(other.key)).verify(call.body, headers) as {
+      data: { owner_id: string; key_id: string };
+    };
+    expect(payload.data).to.include({ owner_id: 'tenant-intruder', key_id: other.id });
+  });
+
+  it('a 200 with a large body is a delivery (the receipt is the status)', async () => {
+    const id = await run('/big');
+    const rows = await firstDeliveries(id);
+    expect(rows.map((r) => [r.outcome, r.status_code])).to.deep.equal([['delivered', 200]]);
+  });
+
+  it("a receiver that never answers holds only its share: another tenant's webhook leaves within 2 s of its job's end", async () => {
+    const slowTenant = (await issueKey(t, { ownerId: 'tenant-slow-receiver', plan: 'pro' })).key;
+    for (let i = 0; i < 6; i++) await run(`/hang-${i}`, slowTenant);
+    await waitFor(async () => files.posts.filter((p) => p.path.startsWith('/hang')).length >= 2, 30_000, 50);
+    const other = (await issueKey(t, { ownerId: 'tenant-fast-receiver', plan: 'pro' })).key;
+    const id = await run('/fast', other);
+    const call = await waitFor(async () => files.posts.find((p) => p.path === '/fast'), 30_000, 20);
+    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    const after = call.at - new Date(row.ended_at).getTime();
+    // Before: one delivery at a time per process, each hanging one for its 10 s timeout.
+    expect(after, "ms from the job's end to its webhook").to.be.below(2000);
   });
 
   it('stops at 410 Gone', async () => {

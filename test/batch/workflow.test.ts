@@ -21,7 +21,6 @@ import {
   issueKey,
   randomId,
   startFileServer,
-  TEST_WEBHOOK_SECRET,
   tmpDir,
   waitFor,
   type BatchTestApp,
@@ -256,10 +255,10 @@ describe('batch: workflow end to end', function () {
 
     // Webhook: Standard Webhooks signature over the raw body, raw and reviewed results.
     const hook = await waitFor(async () => files.posts.find((p) => p.path === '/hook'));
-    const verified = new Webhook(TEST_WEBHOOK_SECRET).verify(
-      hook.body,
-      hook.headers as Record<string, string>,
-    ) as {
+    const { secret } = (
+      await request(t.server).get('/v1/webhooks/secret').set('authorization', `Bearer ${key}`)
+    ).body as { secret: string };
+    const verified = new Webhook(secret).verify(hook.body, hook.headers as Record<string, string>) as {
       type: string;
       data: { workflow_id: string; result: unknown; reviewed_result: { changes: unknown[] } };
     };

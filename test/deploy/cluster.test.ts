@@ -361,14 +361,25 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       expect((await waitDone(key, again.body.workflow_id)).status).to.equal('complete');
     }
     expect(await speechCalls()).to.equal(calls);
-    // Every delivery verifies with the one WEBHOOK_SECRET, whichever instance sent it.
+    // Every delivery verifies with the tenant's key (from either instance), whichever instance sent it.
     const hooks = await eventually(
       async () => files.posts.filter((p) => p.path === '/hook'),
       (h) => h.length >= 3,
       30_000,
     );
     expect(hooks.length).to.be.at.least(3);
-    const wh = new Webhook(WEBHOOK_SECRET);
+    const secrets = await Promise.all(
+      [0, 1].map(
+        async () =>
+          (await request(c.url).get('/v1/webhooks/secret').set('authorization', `Bearer ${key}`)).body
+            .secret as string,
+      ),
+    );
+    expect(secrets[0])
+      .to.match(/^whsec_/)
+      .and.equal(secrets[1])
+      .and.not.equal(WEBHOOK_SECRET);
+    const wh = new Webhook(secrets[0]);
     for (const h of hooks) wh.verify(h.body, h.headers as Record<string, string>);
   });
 

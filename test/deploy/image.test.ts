@@ -354,7 +354,13 @@ describe('image: docker/Dockerfile, each role as a read-only, non-root container
       (h) => h.length > 0,
       30_000,
     );
-    new Webhook(WEBHOOK_SECRET).verify(hooks[0].body, hooks[0].headers as Record<string, string>);
+    const { secret } = (await fetch(url('api', '/v1/webhooks/secret'), {
+      headers: { authorization: `Bearer ${key}` },
+    }).then((r) => r.json())) as { secret: string };
+    new Webhook(secret).verify(hooks[0].body, hooks[0].headers as Record<string, string>);
+    expect(() =>
+      new Webhook(WEBHOOK_SECRET).verify(hooks[0].body, hooks[0].headers as Record<string, string>),
+    ).to.throw();
   });
 
   it('SIGTERM of realtime: refuses new sessions at once, finishes the utterance in flight, closes 1001 going_away, bills it, exits 0', async function () {

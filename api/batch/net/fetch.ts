@@ -41,6 +41,8 @@ export interface OutboundOptions {
   maxRedirects?: number;
   /** Cap on the response body; exceeding it aborts with `too_large`. */
   maxBytes?: number;
+  /** Answer with the status and headers as soon as they arrive; the body is not read (webhook receipts). */
+  statusOnly?: boolean;
   /** Deadline for the whole exchange including redirects and body. */
   timeoutMs?: number;
   connectTimeoutMs?: number;
@@ -237,6 +239,26 @@ export class OutboundClient {
           clearInterval(rateTimer);
           req.destroy();
           resolve({ status, location, response: null as unknown as OutboundResponse });
+          return;
+        }
+        if (opts.statusOnly) {
+          settled = true;
+          clearTimeout(timer);
+          clearInterval(rateTimer);
+          opts.signal?.removeEventListener('abort', onAbort);
+          req.destroy();
+          const empty = Buffer.alloc(0);
+          resolve({
+            status,
+            response: {
+              status,
+              headers: res.headers,
+              body: empty,
+              bytes: 0,
+              url: url.toString(),
+              remoteAddress,
+            },
+          });
           return;
         }
         const declared = Number(res.headers['content-length'] ?? NaN);
