@@ -111,6 +111,11 @@ export interface SpeechConfig {
     maxUploadBytes: number;
     /** Model identifier reported when the client names none. */
     defaultModel: string;
+    /**
+     * The share of this process's clip slots one key may hold (0–1, at
+     * least one slot): the rest stay free for other keys (api/routes/segment/fairShare.ts).
+     */
+    keyShare: number;
   };
   /** The standalone worker process (engine/server.ts). */
   engineServer: {
@@ -214,6 +219,7 @@ export function speechConfig(env: Env): SpeechConfig {
     segment: {
       maxUploadBytes: Math.round(num(env, 'SEGMENT_MAX_UPLOAD_MB', 25, 0.001) * 1024 * 1024),
       defaultModel: BUILTIN_MODEL_ID,
+      keyShare: Math.min(1, num(env, 'SEGMENT_KEY_SHARE', 0.5, 0)),
     },
     engineServer: {
       host: str(env, 'ENGINE_HOST', '127.0.0.1'),

@@ -23,6 +23,7 @@ import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import { renderTranscript } from '../../../shared/stt/index.js';
 import { clientGone, receiveClip } from '../../../shared/http/upload.js';
 import {
+  DECODES_PER_PROCESS,
   decodeClip,
   invalidResponseFormat,
   supportedLanguage,
@@ -36,6 +37,7 @@ import {
   verboseJsonSchema,
   type SegmentFields,
 } from './schemas.js';
+import { FairShare, inTurn } from './fairShare.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses, submitChain } from '../jobs/index.js';
 import { sendTranscriptStream, wantsStream } from '../openai/stream.js';
 
@@ -59,6 +61,10 @@ function isJsonBody(ctx: Context): boolean {
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
   const budget = new UsageBudget(deps.db, deps.config.usageWindowSeconds);
+  const share = new FairShare(
+    DECODES_PER_PROCESS,
+    Math.max(1, Math.floor(DECODES_PER_PROCESS * cfg.segment.keyShare)),
+  );
   return async (ctx) => {
     const principal = ctx.state.principal;
     const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
@@ -82,40 +88,45 @@ export function segmentHandler(deps: AppDeps): Middleware {
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
     const signal = clientGone(ctx);
-    const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
-    // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
-    // so cancel) another bill. The clip's budget reservation carries it too.
-    const refId = `seg_${randomUUID()}`;
-    let reserved = false;
-    try {
-      // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
-      // before the engine runs, so concurrent uploads cannot overspend the window.
-      const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
-      const decision = await budget.reserve(
-        { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
-        windowLimit,
-      );
-      if (!decision.ok) throw quotaExhausted(windowLimit);
-      reserved = true;
-      const result = await transcribeClip(
-        deps.speech,
-        audio,
-        { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
-        policy,
-      );
-      // Every transcribed clip is billed, silent or empty ones included.
-      await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
-      // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
-      respond(
-        ctx,
-        { stream: wantsStream(form.stream), response_format: form.response_format },
-        audio.seconds,
-        result,
-      );
-    } finally {
-      await audio.dispose();
-      // Billed (the bill now counts in the window) or failed: the reservation has done its work.
-      if (reserved) void budget.release('segment', refId);
+    // The clip's turn among this process's clips: a key past its share waits in its own line.
+    await inTurn(share, principal.keyId, signal, () => transcribeUpload());
+
+    async function transcribeUpload(): Promise<void> {
+      const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
+      // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
+      // so cancel) another bill. The clip's budget reservation carries it too.
+      const refId = `seg_${randomUUID()}`;
+      let reserved = false;
+      try {
+        // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
+        // before the engine runs, so concurrent uploads cannot overspend the window.
+        const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
+        const decision = await budget.reserve(
+          { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
+          windowLimit,
+        );
+        if (!decision.ok) throw quotaExhausted(windowLimit);
+        reserved = true;
+        const result = await transcribeClip(
+          deps.speech,
+          audio,
+          { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
+          policy,
+        );
+        // Every transcribed clip is billed, silent or empty ones included.
+        await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
+        // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
+        respond(
+          ctx,
+          { stream: wantsStream(form.stream), response_format: form.response_format },
+          audio.seconds,
+          result,
+        );
+      } finally {
+        await audio.dispose();
+        // Billed (the bill now counts in the window) or failed: the reservation has done its work.
+        if (reserved) void budget.release('segment', refId);
+      }
     }
   };
 }
