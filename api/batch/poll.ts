@@ -91,7 +91,8 @@ export function presentPoll(v: PollView): PollResponse {
     status: v.status,
     steps,
     ...(output && { output }),
-    error: v.status === 'errored' ? v.error : null,
+    // A terminated workflow says why too (cancelled, or its key revoked).
+    error: v.status === 'errored' || v.status === 'terminated' ? v.error : null,
     request_id: v.request_id,
   };
 }

@@ -238,6 +238,33 @@ export class WorkflowRepo {
     return n > 0;
   }
 
+  /**
+   * Ends unfinished workflows as `terminated` (cancelled by their tenant, or
+   * their key revoked): a queued one never starts (`acquire` takes only
+   * queued and running ones), a running one loses its lease at its next
+   * renewal. Returns the ids it ended.
+   */
+  async terminate(
+    where: { id: string; ownerId: string } | { keyId: string },
+    error: { name: string; message: string },
+  ): Promise<string[]> {
+    const q = this.db('batch_workflows').whereIn('status', ['queued', 'running']);
+    if ('keyId' in where) q.where({ key_id: where.keyId });
+    else q.where({ id: where.id, owner_id: where.ownerId });
+    const rows = await q
+      .update({
+        status: 'terminated',
+        error: JSON.stringify(error),
+        ended_at: this.db.fn.now(),
+        updated_at: this.db.fn.now(),
+        lease_owner: null,
+        lease_until: null,
+        ...this.stalePoll(),
+      })
+      .returning<{ id: string }[]>('id');
+    return rows.map((r) => r.id);
+  }
+
   /** The columns of STALE_POLL, for knex updates. */
   private stalePoll() {
     return { poll_body: null, poll_rev: this.db.raw('poll_rev + 1') };

@@ -27,6 +27,7 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { Semaphore } from '../../shared/semaphore.js';
+import { UsageBudget } from '../../shared/usage/budget.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
@@ -354,6 +355,44 @@ export class BatchRuntime {
   /** The key a tenant verifies its webhooks with (the current one; docs/webhooks.md). */
   async webhookSecretFor(ownerId: string): Promise<string> {
     return tenantSecret((await this.webhookSecrets())[0], ownerId);
+  }
+
+  /**
+   * Cancels the tenant's workflow: `terminated` if it was queued or
+   * running (`cancelled`), else as it is. Undefined for unknown ids and
+   * other tenants' workflows; otherwise its poll response.
+   */
+  async cancel(ownerId: string, workflowId: string): Promise<{ ended: boolean; poll: string } | undefined> {
+    const ended = await this.terminate(
+      { id: workflowId, ownerId },
+      { name: 'cancelled', message: 'The job was cancelled by its owner.' },
+    );
+    const poll = await this.poll(ownerId, workflowId);
+    return poll === undefined ? undefined : { ended: ended.length > 0, poll };
+  }
+
+  /** A revoked key's unfinished workflows are terminated: nothing more of them runs or is billed to it. */
+  async cancelKeyJobs(keyId: string): Promise<number> {
+    const ended = await this.terminate(
+      { keyId },
+      { name: 'key_revoked', message: 'The API key that submitted this job was revoked.' },
+    );
+    if (ended.length) this.log.info({ keyId, count: ended.length }, "revoked key's jobs terminated");
+    return ended.length;
+  }
+
+  private async terminate(
+    where: Parameters<WorkflowRepo['terminate']>[0],
+    error: { name: string; message: string },
+  ): Promise<string[]> {
+    const ids = await this.repo.terminate(where, error);
+    const budget = new UsageBudget(this.d.db, this.d.config.usageWindowSeconds);
+    for (const id of ids) {
+      this.runner?.stopRun(id);
+      await budget.release('batch', id);
+    }
+    metrics.finished.inc({ status: 'terminated' }, ids.length);
+    return ids;
   }
 
   /** The poll response (interface 2.3, JSON text) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */

@@ -60,6 +60,11 @@ export class WorkflowRunner {
     ]);
   }
 
+  /** Stops this process's run of a workflow that was terminated (its row already says so). */
+  stopRun(workflowId: string): void {
+    this.active.get(workflowId)?.abort.abort(new LeaseLostError('workflow terminated'));
+  }
+
   /** Runs (or resumes) a workflow if nobody else holds it. */
   async run(workflowId: string, jobId: string | null = null): Promise<void> {
     if (this.stopping) return;
@@ -132,7 +137,7 @@ export class WorkflowRunner {
       }
     } catch (err) {
       if (lease.lost || err instanceof LeaseLostError) {
-        log.warn('lease lost; another run continues this workflow');
+        log.warn('lease lost (another run continues this workflow, or it was terminated); this run stops');
         return;
       }
       if (abort.signal.reason instanceof ShutdownError) {

@@ -73,7 +73,7 @@ export function routes(deps: AppDeps): Route[] {
     method: 'get' | 'delete',
     op: {
       find: (id: string) => Promise<KeyRow | undefined>;
-      then?: (ctx: Context, row: KeyRow) => void;
+      then?: (ctx: Context, row: KeyRow) => void | Promise<void>;
       operationId: string;
       summary: string;
       answer: string;
@@ -88,7 +88,7 @@ export function routes(deps: AppDeps): Route[] {
         const id = ctx.params.id;
         const row = validKeyId(id) ? await guardStore(() => op.find(id)) : undefined;
         if (!row) throw notFound(id);
-        op.then?.(ctx, row);
+        await op.then?.(ctx, row);
         ok(ctx, keys.present(row));
       },
     ],
@@ -256,12 +256,15 @@ export function routes(deps: AppDeps): Route[] {
     }),
     keyRoute('delete', {
       find: (id) => keys.revoke(id),
-      then: (ctx, row) => {
+      then: async (ctx, row) => {
         auth.invalidate(row);
-        ctx.state.log.info({ keyId: row.id }, 'api key revoked');
+        // Its queued and running batch jobs end too: nothing more runs or is billed for a revoked key.
+        const jobs = await guardStore(() => deps.batch.cancelKeyJobs(row.id));
+        ctx.state.log.info({ keyId: row.id, jobsTerminated: jobs }, 'api key revoked');
       },
       operationId: 'revokeKey',
-      summary: 'Revoke a key (idempotent); answers the revoked key record with status "revoked"',
+      summary:
+        'Revoke a key (idempotent); its queued and running batch jobs are terminated. Answers the revoked key record with status "revoked"',
       answer: 'Revoked key record',
     }),
   ];

@@ -85,6 +85,28 @@ export function pollHandler(deps: AppDeps): Middleware {
   };
 }
 
+/** DELETE: the tenant cancels its own job (queued or running); a finished one is 409. */
+export function cancelHandler(deps: AppDeps): Middleware {
+  return async (ctx: Context) => {
+    const id = (ctx.params as { workflowId: string }).workflowId;
+    const done = WORKFLOW_ID_RE.test(id)
+      ? await deps.batch.cancel(ctx.state.principal.ownerId, id)
+      : undefined;
+    if (done === undefined) throw new ApiError(404, 'workflow_not_found', `Workflow ${id} not found.`);
+    const status = (JSON.parse(done.poll) as { status: string }).status;
+    if (!done.ended && status !== 'terminated')
+      throw new ApiError(
+        409,
+        'workflow_finished',
+        `Workflow ${id} has already ended (${status}); there is nothing to cancel.`,
+      );
+    if (done.ended) ctx.state.log?.info({ workflowId: id }, 'batch job cancelled');
+    ctx.set('Cache-Control', 'no-store');
+    ctx.set('Content-Type', 'application/json; charset=utf-8');
+    ctx.body = done.poll;
+  };
+}
+
 const DEPRECATION_HEADER_DOCS = {
   Deprecation: { description: 'Always `true`.', schema: { type: 'string' } },
   Link: {
@@ -209,6 +231,36 @@ export function routes(deps: AppDeps): Route[] {
       path: `${JOBS_PATH}/:workflowId`,
       chain: [usePlane('batch'), auth, poll],
       doc: pollDoc('getTranscriptionJob', false),
+    },
+    {
+      method: 'delete',
+      path: `${JOBS_PATH}/:workflowId`,
+      chain: [usePlane('batch'), auth, requestRateLimit(deps.limits), cancelHandler(deps)],
+      doc: {
+        operationId: 'cancelTranscriptionJob',
+        summary: 'Cancel a batch job',
+        description:
+          'A queued or running job ends as `terminated` (`error.name` `cancelled`); a running one stops at its next lease renewal, at most a third of BATCH_LEASE_SECONDS later. Work billed before then stays billed. Cancelling a terminated job again answers it as it is.',
+        tags: ['batch'],
+        security: 'apiKey',
+        parameters: [
+          pathParam(
+            'workflowId',
+            { type: 'string', pattern: WORKFLOW_ID_PATTERN },
+            '`cf_` followed by 64 hex characters.',
+          ),
+        ],
+        responses: {
+          '200': { description: 'The workflow, now `terminated`.', schema: componentRef('WorkflowStatus') },
+          '401': { description: 'Authentication failed.', schema: componentRef('BatchError') },
+          '404': { description: 'No such workflow for this tenant.', schema: componentRef('BatchError') },
+          '409': {
+            description: '`workflow_finished`: it is complete or errored.',
+            schema: componentRef('BatchError'),
+          },
+          '429': tooManyRequests('Request rate limit exceeded.', componentRef('BatchError')),
+        },
+      },
     },
     {
       method: 'get',

@@ -1,0 +1,133 @@
+/**
+ * Cancelling batch jobs (issue 41): a tenant cancels its own job with
+ * DELETE, and revoking a key terminates its queued and running jobs, so
+ * nothing more of them runs, is billed to it or reaches its webhooks
+ * (before, a revoked key's 4 queued jobs ran, were billed 8 s and delivered).
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import type net from 'node:net';
+import path from 'node:path';
+import { expect } from 'chai';
+import request from 'supertest';
+import { ADMIN_TOKEN } from '../helpers/app.js';
+import {
+  buildRecording,
+  createBatchTestApp,
+  issueKey,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
+
+const JOBS = '/v1/audio/transcriptions/jobs';
+
+describe('batch: cancelling jobs', function () {
+  this.timeout(120_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  let slow: http.Server;
+  let slowUrl: string;
+  const sockets = new Set<net.Socket>();
+  const dir = tmpDir('batch-cancel-');
+
+  before(async () => {
+    buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
+    files = await startFileServer(dir);
+    // Answers 200, then a byte every second: a job that stays running.
+    slow = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'audio/wav', 'content-length': '1000000' });
+      const timer = setInterval(() => res.write('R'), 1000);
+      res.on('close', () => clearInterval(timer));
+    });
+    slow.on('connection', (s) => (sockets.add(s), s.on('close', () => sockets.delete(s))));
+    await new Promise<void>((r) => slow.listen(0, '127.0.0.1', () => r()));
+    slowUrl = `http://127.0.0.1:${(slow.address() as net.AddressInfo).port}/stall.wav`;
+    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
+    await t.runtime.start({ workers: false });
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    for (const s of sockets) s.destroy();
+    await new Promise((r) => slow.close(r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const submit = async (key: string, body: object) => {
+    const r = await request(t.server).post(JOBS).set('authorization', `Bearer ${key}`).send(body);
+    expect(r.status, JSON.stringify(r.body)).to.equal(202);
+    return r.body.workflow_id as string;
+  };
+  const row = (id: string) => t.deps.db('batch_workflows').where({ id }).first();
+  const billed = async (keyId: string) =>
+    Number(
+      (await t.deps.db('usage_events').where({ key_id: keyId }).sum('audio_seconds as s').first())?.s ?? 0,
+    );
+
+  it("DELETE cancels the tenant's own queued job; others get 404; again answers it as it is", async () => {
+    const owner = await issueKey(t, { ownerId: 'tenant-cancel', plan: 'pro' });
+    const other = await issueKey(t, { ownerId: 'tenant-stranger', plan: 'pro' });
+    const id = await submit(owner.key, { audio_url: `${files.url}/short.wav` });
+    const foreign = await request(t.server)
+      .delete(`${JOBS}/${id}`)
+      .set('authorization', `Bearer ${other.key}`);
+    expect(foreign.status).to.equal(404);
+    expect(foreign.body.code).to.equal('workflow_not_found');
+    const r = await request(t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${owner.key}`);
+    expect(r.status).to.equal(200);
+    expect(r.body).to.deep.include({ workflow_id: id, status: 'terminated' });
+    expect(r.body.error.name).to.equal('cancelled');
+    const again = await request(t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${owner.key}`);
+    expect(again.status).to.equal(200);
+    expect(again.body.status).to.equal('terminated');
+    const poll = await request(t.server).get(`${JOBS}/${id}`).set('authorization', `Bearer ${owner.key}`);
+    expect(poll.body.status).to.equal('terminated');
+  });
+
+  it('revoking a key terminates its queued jobs: workers never run them, nothing is billed or delivered', async () => {
+    const k = await issueKey(t, { ownerId: 'tenant-revoked', plan: 'pro' });
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++)
+      ids.push(
+        await submit(k.key, {
+          audio_url: `${files.url}/short.wav`,
+          webhook_url: `${files.url}/revoked-hook`,
+        }),
+      );
+    const res = await request(t.server)
+      .delete(`/v1/external-transcription/keys/${k.id}`)
+      .set('authorization', `Bearer ${ADMIN_TOKEN}`);
+    expect(res.status).to.equal(200);
+    for (const id of ids) expect((await row(id)).status).to.equal('terminated');
+    // Workers start now: the queued jobs of the revoked key are not run.
+    await t.runtime.stop();
+    await t.runtime.start({ workers: true });
+    const other = await issueKey(t, { ownerId: 'tenant-after-revocation', plan: 'pro' });
+    const control = await submit(other.key, { audio_url: `${files.url}/short.wav` });
+    await waitFor(async () => (await row(control)).status === 'complete', 60_000, 200);
+    for (const id of ids) expect((await row(id)).status).to.equal('terminated');
+    expect(await billed(k.id)).to.equal(0);
+    expect(files.posts.filter((p) => p.path === '/revoked-hook')).to.deep.equal([]);
+  });
+
+  it('a running job cancelled stops (its download is dropped) and stays terminated; 409 once finished', async () => {
+    const k = await issueKey(t, { ownerId: 'tenant-running', plan: 'pro' });
+    const id = await submit(k.key, { audio_url: slowUrl });
+    await waitFor(async () => sockets.size > 0 && (await row(id)).status === 'running', 30_000, 100);
+    const r = await request(t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${k.key}`);
+    expect(r.status).to.equal(200);
+    expect(r.body.status).to.equal('terminated');
+    await waitFor(async () => sockets.size === 0, 15_000, 100);
+    await new Promise((res) => setTimeout(res, 500));
+    expect((await row(id)).status).to.equal('terminated');
+
+    const done = await submit(k.key, { audio_url: `${files.url}/short.wav` });
+    await waitFor(async () => (await row(done)).status === 'complete', 60_000, 200);
+    const late = await request(t.server).delete(`${JOBS}/${done}`).set('authorization', `Bearer ${k.key}`);
+    expect(late.status).to.equal(409);
+    expect(late.body.code).to.equal('workflow_finished');
+  });
+});
