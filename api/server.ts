@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
 import { migrateLatest } from '../shared/db/index.js';
+import { assertKeyPlansKnown } from '../shared/platform.js';
 import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';
@@ -32,6 +33,7 @@ export async function startApi(
     const applied = await migrateLatest(deps.db);
     if (applied.length) logger.info({ applied }, 'database migrated');
   }
+  await assertKeyPlansKnown(deps);
   const app = createApp(deps);
   await deps.batch.start({ workers: config.batch.workersEnabled });
   const handle = app.callback();

@@ -8,7 +8,8 @@ import type { Knex } from 'knex';
  * instead of run again (api/batch/workflow.ts).
  *
  * And each tenant's line of unfinished workflows, which the fair queue
- * ranks jobs by (WorkflowRepo.tenantBacklogAhead).
+ * ranks jobs by (WorkflowRepo.tenantBacklogAhead), and the finished ones by
+ * age, which retention deletes (WorkflowRepo.expired).
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.alterTable('batch_workflows', (t) => {
@@ -18,10 +19,15 @@ export async function up(knex: Knex): Promise<void> {
     `CREATE INDEX batch_workflows_tenant_line ON batch_workflows (owner_id, created_at, id)
       WHERE status IN ('queued', 'running')`,
   );
+  await knex.raw(
+    `CREATE INDEX batch_workflows_ended ON batch_workflows (ended_at)
+      WHERE status NOT IN ('queued', 'running')`,
+  );
 }
 
 export async function down(knex: Knex): Promise<void> {
   await knex.raw('DROP INDEX IF EXISTS batch_workflows_tenant_line');
+  await knex.raw('DROP INDEX IF EXISTS batch_workflows_ended');
   await knex.schema.alterTable('batch_workflows', (t) => {
     t.dropColumn('lapses');
   });

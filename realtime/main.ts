@@ -8,7 +8,7 @@ import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Config } from '../shared/config/index.js';
 import type { Logger } from '../shared/logger.js';
-import { createPlatform, migrateIfConfigured } from '../shared/platform.js';
+import { assertKeyPlansKnown, createPlatform, migrateIfConfigured } from '../shared/platform.js';
 import { runProcess } from '../shared/process/runner.js';
 import { startRealtime, type RealtimeDeps, type RunningRealtime } from './server.js';
 import { NativeUwsUnavailable } from './uws.js';
@@ -21,6 +21,10 @@ export async function createRealtimeDeps(
   if (!config.databaseUrl) throw new Error('DATABASE_URL is required for the realtime process');
   const platform = createPlatform(config, logger);
   await migrateIfConfigured(platform);
+  await assertKeyPlansKnown(platform).catch(async (err: unknown) => {
+    await platform.close();
+    throw err;
+  });
   return { ...platform, engine: platform.speech, close: () => platform.close() };
 }
 

@@ -91,3 +91,26 @@ export async function migrateIfConfigured(
   if (applied.length) platform.logger.info({ applied }, 'database migrated');
   return applied;
 }
+
+/**
+ * Refuses to start when active keys hold plans the catalog no longer
+ * defines (issue 41: such a key was served and billed as `free` while its
+ * usage report said 0 s left). The operator defines the plan again in
+ * PLANS_JSON, or revokes those keys and issues new ones on another plan.
+ */
+export async function assertKeyPlansKnown(platform: Pick<Platform, 'db' | 'plans'>): Promise<void> {
+  const rows = await platform
+    .db('api_keys')
+    .where({ status: 'active' })
+    .whereNull('revoked_at')
+    .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', platform.db.fn.now()))
+    .groupBy('plan')
+    .select('plan')
+    .count<{ plan: string; count: string }[]>('* as count');
+  const unknown = rows.filter((r) => !platform.plans.has(r.plan));
+  if (!unknown.length) return;
+  const list = unknown.map((r) => `"${r.plan}" (${r.count} keys)`).join(', ');
+  throw new Error(
+    `Active API keys use plans that PLANS_JSON no longer defines: ${list}. Define them again in PLANS_JSON, or revoke those keys and issue new ones on a defined plan.`,
+  );
+}

@@ -265,6 +265,36 @@ export class WorkflowRepo {
     return rows.map((r) => r.id);
   }
 
+  /**
+   * Finished workflows that ended more than `seconds` ago (oldest first),
+   * each with whether it is its tenant's latest workflow of its request_id
+   * (whose artifacts the prefix holds).
+   */
+  async expired(
+    seconds: number,
+    limit = 100,
+  ): Promise<{ id: string; owner_id: string; request_id: string; latest: boolean }[]> {
+    const { rows } = await this.db.raw<{
+      rows: { id: string; owner_id: string; request_id: string; latest: boolean }[];
+    }>(
+      `SELECT w.id, w.owner_id, w.request_id,
+              NOT EXISTS (SELECT 1 FROM batch_workflows n
+                           WHERE n.owner_id = w.owner_id AND n.request_id = w.request_id
+                             AND n.id <> w.id AND n.created_at >= w.created_at) AS latest
+         FROM batch_workflows w
+        WHERE w.status NOT IN ('queued', 'running') AND w.ended_at < now() - make_interval(secs => ?)
+        ORDER BY w.ended_at
+        LIMIT ?`,
+      [seconds, limit],
+    );
+    return rows;
+  }
+
+  /** Deletes workflows (their steps and deliveries go with them). */
+  async remove(ids: string[]): Promise<void> {
+    if (ids.length) await this.db('batch_workflows').whereIn('id', ids).delete();
+  }
+
   /** The columns of STALE_POLL, for knex updates. */
   private stalePoll() {
     return { poll_body: null, poll_rev: this.db.raw('poll_rev + 1') };

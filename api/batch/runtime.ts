@@ -22,6 +22,7 @@ import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
+import { artifactKeys } from './artifacts.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
@@ -222,12 +223,35 @@ export class BatchRuntime {
       await this.enqueue(w.id);
     }
     if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
+    await this.expire();
     if (this.boss) {
       const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
       for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
       if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
     }
     return stale.length;
+  }
+
+  private lastExpiry = 0;
+
+  /**
+   * Retention (BATCH_RETENTION_DAYS): finished workflows past it are
+   * deleted, and the artifacts of the latest run of each request_id with
+   * them; at most once a minute, 100 at a time.
+   */
+  async expire(force = false): Promise<number> {
+    const keep = this.d.config.batch.retentionSeconds;
+    if (!keep || (!force && Date.now() - this.lastExpiry < 60_000)) return 0;
+    this.lastExpiry = Date.now();
+    const expired = await this.repo.expired(keep);
+    for (const w of expired.filter((e) => e.latest)) {
+      const store = tenantStore(this.store, w.owner_id);
+      const prefix = artifactKeys(w.request_id).prefix;
+      for (const key of await store.list(prefix)) await store.delete(key);
+    }
+    await this.repo.remove(expired.map((e) => e.id));
+    if (expired.length) this.log.info({ count: expired.length }, 'finished workflows past retention deleted');
+    return expired.length;
   }
 
   /**

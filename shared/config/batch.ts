@@ -132,6 +132,12 @@ export interface BatchConfig {
    * down one API process after another.
    */
   quarantineAfterCrashes: number;
+  /**
+   * Finished workflows (their rows, steps, deliveries and, for the latest
+   * of a request_id, its artifacts) are deleted this long after they ended;
+   * 0 keeps them for ever.
+   */
+  retentionSeconds: number;
   /** Decode (ffmpeg) wall-clock cap. */
   decodeTimeoutMs: number;
   /** Where audio is kept while a job runs (deleted afterwards). */
@@ -231,6 +237,7 @@ export function batchConfig(env: Env): BatchConfig {
     },
     maxRunningPerTenant: int(env, 'BATCH_MAX_RUNNING_PER_TENANT', 1, 1),
     quarantineAfterCrashes: QUARANTINE_AFTER_CRASHES,
+    retentionSeconds: num(env, 'BATCH_RETENTION_DAYS', 30, 0) * 86_400,
     decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
     storage: {

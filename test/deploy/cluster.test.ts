@@ -150,8 +150,19 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       expect(res.body.data.id).to.equal(id);
     }
     await request(c.url).get('/readyz').expect(200);
-    // Prometheus scrapes instances directly; the public port does not expose it.
-    await request(c.url).get('/metrics').expect(404);
+    // Prometheus scrapes instances directly; the public port does not expose it in any spelling
+    // (issue 41: /metrics/, /METRICS and /Metrics answered 200 with 16 KB).
+    for (const p of [
+      '/metrics',
+      '/metrics/',
+      '/METRICS',
+      '/Metrics',
+      '//metrics',
+      '/%6detrics',
+      '/x/../metrics',
+      '/metrics?x=1',
+    ])
+      expect((await request(c.url).get(p)).status, p).to.equal(404);
   });
 
   it('segment transcription through the load balancer', async () => {

@@ -5,7 +5,10 @@
  */
 import { expect } from 'chai';
 import request from 'supertest';
-import { ADMIN_TOKEN } from '../helpers/app.js';
+import { ADMIN_TOKEN, createTestApp } from '../helpers/app.js';
+import { startApi } from '../../api/server.js';
+import { assertKeyPlansKnown } from '../../shared/platform.js';
+import { createLogger } from '../../shared/logger.js';
 import { createBatchTestApp, randomId, type BatchTestApp } from '../batch/helpers.js';
 
 const KEYS = '/v1/external-transcription/keys';
@@ -110,5 +113,32 @@ describe('tenancy: owners never merge', function () {
       expect((await issue({ owner_id: 'idem-2' }, idem)).status).to.equal(409);
       expect((await issue({}, { 'Idempotency-Key': 'x'.repeat(256) })).status).to.equal(400);
     });
+  });
+});
+
+describe('tenancy: a plan removed from PLANS_JSON', function () {
+  this.timeout(30_000);
+  it('stops the API from starting while active keys hold it, and names it', async () => {
+    const withTeam = await createTestApp({ PLANS_JSON: '{"team":{"maxConcurrentConnections":3}}' });
+    try {
+      const issued = await request(withTeam.server).post(KEYS).set(admin).send({ plan: 'team' });
+      expect(issued.status).to.equal(201);
+      const without = await createTestApp({}, { db: withTeam.db });
+      try {
+        let err: unknown;
+        await startApi(without.config, createLogger({ level: 'silent' }), { deps: without.deps }).catch(
+          (e: unknown) => (err = e),
+        );
+        // Before: served and billed as free while its usage report said 0 s left.
+        expect(String(err)).to.match(/PLANS_JSON no longer defines: "team" \(1 keys\)/);
+        // Revoked, it no longer holds the start back.
+        await request(withTeam.server).delete(`${KEYS}/${issued.body.data.id}`).set(admin).expect(200);
+        await assertKeyPlansKnown(without.deps);
+      } finally {
+        await without.close();
+      }
+    } finally {
+      await withTeam.close();
+    }
   });
 });

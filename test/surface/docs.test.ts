@@ -30,6 +30,9 @@ describe('/docs in a real browser (Chromium): Try it out on POST /v1/audio/trans
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
     page = await browser.newPage();
     page.on('pageerror', (e) => pageErrors.push(String(e)));
+    page.on('console', (m) => {
+      if (/Content Security Policy/i.test(m.text())) pageErrors.push(m.text());
+    });
     await page.goto(`${t.url}/docs`);
     // Authorize with the API key (the `apiKey` bearer scheme).
     await page.click('button.authorize');
@@ -50,6 +53,17 @@ describe('/docs in a real browser (Chromium): Try it out on POST /v1/audio/trans
 
   const op = () => page.locator('#operations-segment-transcribeSegment');
   const field = (name: string) => op().locator(`tr[data-property-name="${name}"]`);
+
+  it('is served under a Content-Security-Policy that forbids framing, and runs under it', async () => {
+    const res = await fetch(`${t.url}/docs`);
+    const csp = res.headers.get('content-security-policy') ?? '';
+    expect(csp).to.include("frame-ancestors 'none'").and.include("script-src 'self' 'sha256-");
+    expect(csp)
+      .to.not.include("'unsafe-inline'; img")
+      .and.not.match(/script-src[^;]*unsafe-inline/);
+    expect(res.headers.get('x-frame-options')).to.equal('DENY');
+    expect(pageErrors).to.deep.equal([]);
+  });
 
   it('shows `file` as a file input and leaves every optional field empty', async () => {
     expect(await op().locator('select.content-type').first().inputValue()).to.equal('multipart/form-data');

@@ -7,6 +7,7 @@
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { koaSwagger } from 'koa2-swagger-ui';
 import { ApiError } from '../../http/errors.js';
@@ -24,6 +25,27 @@ const ASSETS: Record<string, { file: string; type: string }> = {
   },
   'favicon-32x32.png': { file: 'favicon-32x32.png', type: 'image/png' },
 };
+
+/**
+ * The page's policy: its own assets only, its inline start-up script by
+ * hash, never framed. Swagger UI sets inline styles, and renders data: images.
+ */
+function docsPolicy(html: string): string {
+  const hashes = [...html.matchAll(/<script(?![^>]*\bsrc=)[^>]*>([\s\S]*?)<\/script>/g)].map(
+    (m) => `'sha256-${createHash('sha256').update(m[1]).digest('base64')}'`,
+  );
+  return [
+    "default-src 'self'",
+    `script-src 'self' ${hashes.join(' ')}`.trim(),
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data:",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "frame-ancestors 'none'",
+    "form-action 'self'",
+  ].join('; ');
+}
 
 /** The documentation routes; `document` gives the OpenAPI document of every route (asked on first use). */
 export function routes(document: () => object): Route[] {
@@ -57,7 +79,13 @@ export function routes(document: () => object): Route[] {
           await page(ctx, next);
           // Web fonts are the page's one remaining outside request; the system fonts do.
           if (typeof ctx.body === 'string') {
-            ctx.body = ctx.body.replace(/<link href="https:\/\/fonts\.googleapis\.com[^>]*>\s*/, '');
+            const html = ctx.body.replace(/<link href="https:\/\/fonts\.googleapis\.com[^>]*>\s*/, '');
+            ctx.body = html;
+            // Issue 41: no policy let the page be framed (clickjacking "Try it out" with a key in it).
+            ctx.set('Content-Security-Policy', docsPolicy(html));
+            ctx.set('X-Frame-Options', 'DENY');
+            ctx.set('X-Content-Type-Options', 'nosniff');
+            ctx.set('Referrer-Policy', 'no-referrer');
           }
         },
       ],
