@@ -9,6 +9,8 @@
  */
 import { buildDist } from '../deploy/helpers.js';
 import { ensureImage, podmanInstalled } from '../deploy/image/podman.js';
+// Postgres and Redis of the suite's own when the machine has none (started as this module loads).
+import * as services from './localServices.js';
 
 export async function mochaGlobalSetup(): Promise<void> {
   const t0 = Date.now();
@@ -21,4 +23,8 @@ export async function mochaGlobalSetup(): Promise<void> {
     (tag) => console.log(`  global setup: image ${tag} ready in ${Math.round((Date.now() - t1) / 1000)} s`),
     (err: unknown) => console.log(`  global setup: image build failed: ${String(err).slice(0, 500)}`),
   );
+}
+
+export async function mochaGlobalTeardown(): Promise<void> {
+  await services.mochaGlobalTeardown();
 }
