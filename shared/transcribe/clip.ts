@@ -32,7 +32,8 @@ import {
 } from '../stt/types.js';
 import { HttpRefusal } from '../http/refusal.js';
 import { Semaphore } from '../semaphore.js';
-import { transcribePieces } from './long.js';
+import { type OnPiece, transcribePieces } from './long.js';
+import type { Slice } from '../audio/slicing.js';
 
 /**
  * Uploads decoded at once in one process (issue 22): each decode holds up to
@@ -130,14 +131,20 @@ export async function decodeClip(
   }
 }
 
-/** Transcribes decoded audio: a clip in one engine call, long audio a piece at a time; or refuses. */
+/**
+ * Transcribes decoded audio: a clip in one engine call, long audio a piece
+ * at a time; or refuses. With `pieces`, in those pieces, each handed to
+ * `onPiece` as it is decoded (a streaming answer).
+ */
 export async function transcribeClip(
   engine: Pick<SpeechEngine, 'transcribe'>,
   audio: DecodedAudio,
   req: Omit<TranscribeRequest, 'pcm'>,
   policy: ClipPolicy,
+  pieces?: { slices?: Slice[]; onPiece: OnPiece },
 ): Promise<TranscribeResult> {
   try {
+    if (pieces) return await transcribePieces(engine, audio, req, pieces);
     return audio.pcm && audio.seconds <= SPOOL_AFTER_SECONDS
       ? await engine.transcribe({ ...req, pcm: audio.pcm })
       : await transcribePieces(engine, audio, req);

@@ -12,7 +12,7 @@
  * another: one upload holds at most one decoder, as a clip does.
  */
 import type { DecodedAudio } from '../audio/index.js';
-import { energyEnvelope, FRAME_SECONDS, planSlices, sliceByteRange } from '../audio/slicing.js';
+import { energyEnvelope, FRAME_SECONDS, planSlices, sliceByteRange, type Slice } from '../audio/slicing.js';
 import { buildTranscript } from '../stt/transcript.js';
 import type { SpeechEngine, TranscribeRequest, TranscribeResult, TranscriptWord } from '../stt/types.js';
 
@@ -23,16 +23,25 @@ const CUT_SEARCH_SECONDS = 10;
 /** A piece whose loudest frame is below this (dBFS) is silence: nothing to transcribe. */
 export const SILENT_PIECE_DB = -60;
 
+/** A piece as it is transcribed: its words, on the audio's time line, in order (streaming answers). */
+export type OnPiece = (
+  words: TranscriptWord[],
+  from: Pick<TranscribeResult, 'workerId' | 'fallbackUsed'>,
+) => void | Promise<void>;
+
 export async function transcribePieces(
   engine: Pick<SpeechEngine, 'transcribe'>,
   audio: DecodedAudio,
   req: Omit<TranscribeRequest, 'pcm'>,
+  opts: { slices?: Slice[]; onPiece?: OnPiece } = {},
 ): Promise<TranscribeResult> {
   const envelope = audio.envelope ?? energyEnvelope(audio.pcm ?? Buffer.alloc(0));
-  const { slices } = planSlices(envelope, audio.seconds, {
-    segmentSeconds: LONG_PIECE_SECONDS,
-    maxSearchSeconds: CUT_SEARCH_SECONDS,
-  });
+  const slices =
+    opts.slices ??
+    planSlices(envelope, audio.seconds, {
+      segmentSeconds: LONG_PIECE_SECONDS,
+      maxSearchSeconds: CUT_SEARCH_SECONDS,
+    }).slices;
   const words: TranscriptWord[] = [];
   let language = '';
   let workerId = '';
@@ -47,7 +56,9 @@ export async function transcribePieces(
     workerId = r.workerId;
     fallbackUsed ||= r.fallbackUsed;
     engineMs += r.engineMs;
-    for (const w of r.words) words.push({ ...w, start: slice.start + w.start, end: slice.start + w.end });
+    const piece = r.words.map((w) => ({ ...w, start: slice.start + w.start, end: slice.start + w.end }));
+    words.push(...piece);
+    await opts.onPiece?.(piece, r);
   }
   if (!workerId) {
     // All silence: the engine still says who answers (an empty clip is a valid, empty transcript).

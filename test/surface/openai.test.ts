@@ -4,12 +4,14 @@
  * endpoints this service does not offer, all against the real app and engine.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
 import OpenAI, { toFile } from 'openai';
 import { startSpeechApp, type SpeechTestApp } from '../speech/app.js';
 import { REPO_ROOT } from '../helpers/service.js';
 import { wer } from '../speech/helpers.js';
+import { buildRecording } from '../batch/helpers.js';
 
 const SAMPLE = fs.readFileSync(path.join(REPO_ROOT, 'samples/jfk.wav'));
 const JFK =
@@ -51,6 +53,46 @@ describe('OpenAI compatibility: streaming, models, endpoints not offered', funct
       response_format: 'json',
     });
     expect(plain.text).to.equal(done.text);
+  });
+
+  it('streams as it decodes: the first delta of a minute of speech comes long before the answer ends', async () => {
+    // About 60 s: six recordings (two of them twice) with pauses between them.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stream-minute-'));
+    const minute = buildRecording(
+      path.join(dir, 'minute.wav'),
+      [
+        'librispeech-1221-135766-0001.wav',
+        'jfk.wav',
+        'librivox-austen-0870.wav',
+        'librispeech-1089-134686-0001.wav',
+        'librivox-austen-0890.wav',
+        'jfk.wav',
+        'librivox-austen-0880.wav',
+      ],
+      0.8,
+    );
+    try {
+      const started = performance.now();
+      const stream = await client.audio.transcriptions.create({
+        file: await toFile(fs.readFileSync(minute), 'minute.wav', { type: 'audio/wav' }),
+        model: 'whisper-1',
+        stream: true,
+      });
+      const events: { type: string; delta?: string; text?: string; at: number }[] = [];
+      for await (const event of stream) events.push({ ...event, at: performance.now() - started });
+      const deltas = events.filter((e) => e.type === 'transcript.text.delta');
+      const done = events.at(-1)!;
+      expect(done.type).to.equal('transcript.text.done');
+      expect(deltas.length, 'pieces').to.be.at.least(3);
+      expect(deltas.map((e) => e.delta).join('')).to.equal(done.text);
+      // Before: every delta left after the whole decode, within 20 ms of the end.
+      expect(
+        deltas[0].at,
+        `first delta at ${Math.round(deltas[0].at)} ms of ${Math.round(done.at)}`,
+      ).to.be.below(done.at * 0.5);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('answers text/event-stream on the wire, and refuses a stream value that is not a boolean', async () => {

@@ -1,11 +1,22 @@
 /**
  * `stream: true` on POST /v1/audio/transcriptions: OpenAI's transcription
- * stream events as server-sent events. The engines answer a clip whole, so
- * the deltas are the transcript's segments, in order (their concatenation is
- * the full text), followed by `transcript.text.done` with the full text.
+ * stream events as server-sent events, sent as the words are decoded (issue
+ * 39: every delta used to leave after the whole decode). The clip is cut at
+ * its pauses exactly as a batch chunk is (api/batch/pieces.ts: at least 5 s,
+ * joined to 10 s while the voice stays the same; pieces that short lost
+ * words), the pieces are transcribed in order, and each one's
+ * text leaves as a `transcript.text.delta` as soon as it is decoded;
+ * `transcript.text.done` with the full text (the deltas joined) comes last,
+ * once the clip is billed. The answer starts with the first piece that has
+ * words, so a failure before it is an ordinary error response; a failure
+ * after it ends the stream with an `error` event.
  */
 import type { Context } from 'koa';
-import type { Transcript } from '../../../shared/stt/types.js';
+import type { TranscribeResult } from '../../../shared/stt/types.js';
+import type { OnPiece } from '../../../shared/transcribe/long.js';
+import type { Slice } from '../../../shared/audio/slicing.js';
+import type { DecodedAudio } from '../../../shared/audio/index.js';
+import { type PieceConfig, utterancePieces } from '../../batch/pieces.js';
 import { ApiError } from '../../http/errors.js';
 
 /** The multipart `stream` field: absent or `false` is a plain answer, `true` a stream. */
@@ -15,19 +26,69 @@ export function wantsStream(value: string | undefined): boolean {
   throw new ApiError(400, 'invalid_request', 'Field "stream" must be true or false.');
 }
 
-/** The deltas of a transcript: one per segment, spaced so that they join to `text`. */
-export function textDeltas(t: Pick<Transcript, 'text' | 'segments'>): string[] {
-  const parts = t.segments.map((s) => s.text.trim()).filter(Boolean);
-  if (parts.join(' ') !== t.text.trim()) return t.text.trim() ? [t.text.trim()] : [];
-  return parts.map((p, i) => (i === 0 ? p : ` ${p}`));
+/** Where a streamed clip is cut: as batch cuts a chunk (undefined for spooled long audio: its 60 s plan). */
+export async function streamPieces(audio: DecodedAudio, cfg: PieceConfig): Promise<Slice[] | undefined> {
+  return audio.pcm ? utterancePieces(audio.pcm, cfg) : undefined;
 }
 
-export function sendTranscriptStream(ctx: Context, t: Pick<Transcript, 'text' | 'segments'>): void {
-  const events = [
-    ...textDeltas(t).map((delta) => ({ type: 'transcript.text.delta', delta })),
-    { type: 'transcript.text.done', text: t.text.trim() },
-  ];
-  ctx.set('Cache-Control', 'no-store');
-  ctx.type = 'text/event-stream; charset=utf-8';
-  ctx.body = events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('');
+/** One streamed answer: opened with the first delta (or at the end), events written as they come. */
+export class TranscriptStream {
+  private opened = false;
+  private text = '';
+
+  constructor(private readonly ctx: Context) {}
+
+  /** Hands each decoded piece's words on as a delta. */
+  readonly onPiece: OnPiece = (words, from) => {
+    const piece = words
+      .map((w) => w.word)
+      .join(' ')
+      .trim();
+    if (!piece) return;
+    this.open(from);
+    const delta = this.text ? ` ${piece}` : piece;
+    this.text += delta;
+    this.write({ type: 'transcript.text.delta', delta });
+  };
+
+  /** The last event: the full text. */
+  done(result: Pick<TranscribeResult, 'workerId' | 'fallbackUsed'>): void {
+    this.open(result);
+    this.write({ type: 'transcript.text.done', text: this.text });
+    this.ctx.res.end();
+  }
+
+  /** True once the answer has started (an error can then only be an event). */
+  get started(): boolean {
+    return this.opened;
+  }
+
+  /** Ends a started stream with an `error` event. */
+  fail(err: unknown): void {
+    const e = err as { code?: string; message?: string };
+    this.write({
+      type: 'error',
+      error: { code: e.code ?? 'transcription_failed', message: e.message ?? String(err) },
+    });
+    this.ctx.res.end();
+  }
+
+  private open(from: Pick<TranscribeResult, 'workerId' | 'fallbackUsed'>): void {
+    if (this.opened) return;
+    this.opened = true;
+    const { ctx } = this;
+    ctx.set('X-Worker-Id', from.workerId);
+    ctx.set('X-Fallback-Used', from.fallbackUsed ? '1' : '0');
+    ctx.status = 200; // for the access log; the body is written here, not by Koa
+    ctx.respond = false;
+    ctx.res.writeHead(200, {
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-store',
+    });
+    ctx.res.flushHeaders();
+  }
+
+  private write(event: object): void {
+    if (!this.ctx.res.writableEnded) this.ctx.res.write(`data: ${JSON.stringify(event)}\n\n`);
+  }
 }

@@ -39,7 +39,7 @@ import {
 } from './schemas.js';
 import { FairShare, inTurn } from './fairShare.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses, submitChain } from '../jobs/index.js';
-import { sendTranscriptStream, wantsStream } from '../openai/stream.js';
+import { streamPieces, TranscriptStream, wantsStream } from '../openai/stream.js';
 
 export const SEGMENT_PATH = '/v1/audio/transcriptions';
 
@@ -107,21 +107,27 @@ export function segmentHandler(deps: AppDeps): Middleware {
         );
         if (!decision.ok) throw quotaExhausted(windowLimit);
         reserved = true;
-        const result = await transcribeClip(
-          deps.speech,
-          audio,
-          { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
-          policy,
-        );
+        // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
+        const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
+        let result: TranscribeResult;
+        try {
+          result = await transcribeClip(
+            deps.speech,
+            audio,
+            { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
+            policy,
+            stream && { slices: await streamPieces(audio, deps.config.batch), onPiece: stream.onPiece },
+          );
+        } catch (err) {
+          if (!stream?.started) throw err;
+          // Words were sent: the stream ends with the error (a failed clip is not billed, streamed or not).
+          ctx.state.log?.warn({ err }, 'streamed transcription failed after its first words');
+          return stream.fail(err);
+        }
         // Every transcribed clip is billed, silent or empty ones included.
         await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
-        // OpenAI's `stream: true`: the same transcript as transcription stream events (text deltas, then done).
-        respond(
-          ctx,
-          { stream: wantsStream(form.stream), response_format: form.response_format },
-          audio.seconds,
-          result,
-        );
+        if (stream) return stream.done(result);
+        respond(ctx, { response_format: form.response_format }, audio.seconds, result);
       } finally {
         await audio.dispose();
         // Billed (the bill now counts in the window) or failed: the reservation has done its work.
@@ -145,14 +151,13 @@ const RESERVATION_TTL_SECONDS = 600;
 
 function respond(
   ctx: Context,
-  fields: { stream: boolean; response_format: SegmentFields['response_format'] },
+  fields: { response_format: SegmentFields['response_format'] },
   seconds: number,
   result: TranscribeResult,
 ): void {
   ctx.set('X-Worker-Id', result.workerId);
   ctx.set('X-Fallback-Used', result.fallbackUsed ? '1' : '0');
   ctx.set('X-Engine-Ms', String(Math.round(result.engineMs)));
-  if (fields.stream) return sendTranscriptStream(ctx, result);
   const rendered = renderTranscript(
     { ...result, duration: Math.round(seconds * 1000) / 1000 },
     fields.response_format,

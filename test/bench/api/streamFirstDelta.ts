@@ -1,0 +1,60 @@
+/**
+ * `stream=true` on a minute of speech (issue 39 target: the first delta
+ * within 2 s of the upload's end, built-in engine). The real app and engine
+ * in this process, the official `openai` SDK as the client; prints, per
+ * round, when the first delta and the done event arrived after the upload
+ * was sent, and the medians.
+ *
+ *   npx tsx test/bench/api/streamFirstDelta.ts [--rounds=3]
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI, { toFile } from 'openai';
+import { startSpeechApp } from '../../speech/app.js';
+import { buildRecording } from '../../batch/helpers.js';
+
+const rounds = Number(process.argv.find((a) => a.startsWith('--rounds='))?.split('=')[1] ?? 3);
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-stream-'));
+const minute = fs.readFileSync(
+  buildRecording(
+    path.join(dir, 'minute.wav'),
+    [
+      'librispeech-1221-135766-0001.wav',
+      'jfk.wav',
+      'librivox-austen-0870.wav',
+      'librispeech-1089-134686-0001.wav',
+      'librivox-austen-0890.wav',
+      'jfk.wav',
+      'librivox-austen-0880.wav',
+    ],
+    0.8,
+  ),
+);
+const t = await startSpeechApp({ LOG_LEVEL: 'warn', STT_BUILTIN_TIMEOUT_BASE_MS: '120000' });
+const { key } = await t.issueKey('pro');
+const client = new OpenAI({ apiKey: key, baseURL: `${t.url}/v1`, maxRetries: 0 });
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+const first: number[] = [];
+const done: number[] = [];
+for (let i = 0; i < rounds; i++) {
+  const t0 = performance.now();
+  const stream = await client.audio.transcriptions.create({
+    file: await toFile(minute, 'minute.wav', { type: 'audio/wav' }),
+    model: 'whisper-1',
+    stream: true,
+  });
+  let firstAt = NaN;
+  for await (const e of stream) {
+    if (e.type === 'transcript.text.delta' && Number.isNaN(firstAt)) firstAt = performance.now() - t0;
+    if (e.type === 'transcript.text.done') done.push(performance.now() - t0);
+  }
+  first.push(firstAt);
+  console.log(`round ${i + 1}: first delta ${Math.round(firstAt)} ms, done ${Math.round(done.at(-1)!)} ms`);
+}
+console.log(
+  `stream=true, ${(minute.length / 32000).toFixed(1)} s of speech: first delta median ${Math.round(median(first))} ms, done median ${Math.round(median(done))} ms (target: first delta <= 2000 ms)`,
+);
+await t.close();
+fs.rmSync(dir, { recursive: true, force: true });
