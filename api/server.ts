@@ -5,6 +5,7 @@
  * flight finish (up to SHUTDOWN_GRACE_MS), then close pools.
  */
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
@@ -19,6 +20,8 @@ export interface RunningApi {
   deps: AppDeps;
   server: http.Server;
   port: number;
+  /** The HTTPS listener's port, when `opts.tls` asked for one. */
+  httpsPort?: number;
   /** Graceful stop; resolves when pools are closed. */
   stop(): Promise<void>;
 }
@@ -26,7 +29,11 @@ export interface RunningApi {
 export async function startApi(
   config: Config,
   logger: Logger,
-  opts: { deps?: AppDeps } = {},
+  opts: {
+    deps?: AppDeps;
+    /** Also serve the same app (and the realtime splice) over HTTPS on this port (the embedded start). */
+    tls?: { cert: Buffer; key: Buffer; port: number };
+  } = {},
 ): Promise<RunningApi> {
   const deps = opts.deps ?? createDeps(config, logger);
   if (config.migrateOnStart) {
@@ -37,23 +44,34 @@ export async function startApi(
   const app = createApp(deps);
   await deps.batch.start({ workers: config.batch.workersEnabled });
   const handle = app.callback();
-  const server = http.createServer(
-    { connectionsCheckingInterval: HTTP_TIMEOUT_CHECK_MS },
-    (req, res) => void handle(req, res),
-  );
-  // Idle keep-alive connections outlive a load balancer's idle timeout (so it closes them first);
-  // a request head must arrive whole within headersTimeoutMs, from a new connection too.
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = config.http.headersTimeoutMs;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(config.http.port, config.http.host, () => resolve());
-  });
-  const port = (server.address() as AddressInfo).port;
-  logger.info({ port, host: config.http.host }, 'api listening');
-  // With a realtime upstream (embedded start), the stream is served on this base URL too.
+  const options = { connectionsCheckingInterval: HTTP_TIMEOUT_CHECK_MS };
+  const serve = (req: http.IncomingMessage, res: http.ServerResponse) => void handle(req, res);
+  const servers: http.Server[] = [http.createServer(options, serve)];
+  if (opts.tls)
+    servers.push(https.createServer({ ...options, cert: opts.tls.cert, key: opts.tls.key }, serve));
+  const ports: number[] = [];
   const upstream = deps.realtimeUpstream;
-  const detachProxy = upstream ? attachRealtimeProxy(server, upstream) : () => {};
+  const detachers: (() => void)[] = [];
+  for (const [i, s] of servers.entries()) {
+    // Idle keep-alive connections outlive a load balancer's idle timeout (so it closes them first);
+    // a request head must arrive whole within headersTimeoutMs, from a new connection too.
+    s.keepAliveTimeout = 65_000;
+    s.headersTimeout = config.http.headersTimeoutMs;
+    await new Promise<void>((resolve, reject) => {
+      s.once('error', reject);
+      s.listen(i === 0 ? config.http.port : opts.tls!.port, config.http.host, () => resolve());
+    }).catch((err: unknown) => {
+      for (const open of servers.slice(0, i)) open.close();
+      throw err;
+    });
+    ports.push((s.address() as AddressInfo).port);
+    // With a realtime upstream (embedded start), the stream is served on this base URL too.
+    if (upstream) detachers.push(attachRealtimeProxy(s, upstream));
+  }
+  const [server] = servers;
+  const [port, httpsPort] = ports;
+  logger.info({ port, httpsPort, host: config.http.host }, 'api listening');
+  const detachProxy = () => detachers.forEach((d) => d());
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -65,17 +83,18 @@ export async function startApi(
         await new Promise((r) => setTimeout(r, config.http.drainDelayMs));
       }
       logger.info('api shutting down: no new connections, finishing requests in flight');
-      const closed = new Promise<void>((r) => server.close(() => r()));
+      const closed = Promise.all(servers.map((s) => new Promise<void>((r) => s.close(() => r()))));
       // Keep-alive connections go idle as their last response finishes; close them as they do.
-      const sweep = setInterval(() => server.closeIdleConnections(), 50);
-      server.closeIdleConnections();
+      const idle = () => servers.forEach((s) => s.closeIdleConnections());
+      const sweep = setInterval(idle, 50);
+      idle();
       const grace = new Promise<void>((r) => setTimeout(r, config.http.shutdownGraceMs).unref());
       await Promise.race([closed, grace]);
       clearInterval(sweep);
-      server.closeAllConnections();
+      servers.forEach((s) => s.closeAllConnections());
       detachProxy();
       await closeDeps(deps);
       logger.info('api stopped');
     })());
-  return { deps, server, port, stop };
+  return { deps, server, port, ...(httpsPort !== undefined && { httpsPort }), stop };
 }

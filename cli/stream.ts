@@ -20,7 +20,8 @@
  *   --events         print every server event as JSON instead of the transcripts
  *
  * The progress line on stderr shows how much audio has been sent. Exit code
- * 1 when the session closes with anything but 1000 or an utterance fails.
+ * 1 when the session closes with anything but 1000, an utterance fails, or the server
+ * dropped audio (`service.throttled`, printed as it happens).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -128,6 +129,8 @@ interface StreamEvent {
   error?: { code: string };
   code?: string;
   message?: string;
+  reason?: string;
+  dropped_ms?: number;
 }
 
 async function main(): Promise<void> {
@@ -154,6 +157,7 @@ async function main(): Promise<void> {
   const url = streamUrl(values.url);
   const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
   let failed = 0;
+  let dropped = 0;
   let sentBytes = 0;
   let timer: NodeJS.Timeout | undefined;
   const progress = () => {
@@ -228,6 +232,16 @@ async function main(): Promise<void> {
         }
         break;
       }
+      case 'service.throttled':
+        // Audio the server dropped: never lost silently (issue 39).
+        dropped += ev.dropped_ms ?? 0;
+        if (!values.events) {
+          clearProgress();
+          process.stderr.write(
+            `server dropped ${((ev.dropped_ms ?? 0) / 1000).toFixed(1)} s of audio (${ev.reason ?? 'throttled'})${pace > 1 ? '; try a lower --pace' : ''}\n`,
+          );
+        }
+        break;
       case 'error':
         if (!values.events && ev.utterance_index === undefined) {
           clearProgress();
@@ -243,7 +257,8 @@ async function main(): Promise<void> {
     clearProgress();
     const normal = code === 1000;
     if (!normal) process.stderr.write(`stream: session closed ${code} ${reason.toString()}\n`);
-    process.exitCode = normal && failed === 0 ? 0 : 1;
+    if (dropped > 0) process.stderr.write(`stream: the server dropped ${(dropped / 1000).toFixed(1)} s of audio in all\n`);
+    process.exitCode = normal && failed === 0 && dropped === 0 ? 0 : 1;
   });
 }
 

@@ -15,6 +15,8 @@ need=()
 [ -d /usr/share/pocketsphinx/model/en-us/en-us ] || need+=(pocketsphinx-en-us)
 command -v ffmpeg >/dev/null || need+=(ffmpeg)
 command -v sox >/dev/null || need+=(sox)
+# The embedded start's local CA for HTTPS and wss:// (scripts/embedded/tls.ts).
+command -v openssl >/dev/null || need+=(openssl)
 # The fault suite (test/faults) runs its own Redis server on a free port.
 command -v redis-server >/dev/null || need+=(redis-server)
 # The load balancer of `npm run cluster` and the deployment test (docker/haproxy.cfg).

@@ -14,6 +14,7 @@ import { loadConfig } from '../shared/config/index.js';
 import { createLogger } from '../shared/logger.js';
 import { loadOrCreateSecrets, markAnnounced } from './embedded/secrets.js';
 import { runEmbeddedPostgres, type RunningPostgres } from './embedded/postgresProcess.js';
+import { ensureLocalTls } from './embedded/tls.js';
 import { fork, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
@@ -82,6 +83,15 @@ await runProcess({
       );
     }
 
+    const httpsPort = base.embedded.httpsPort;
+    if (httpsPort && (await portInUse(httpsPort))) {
+      refuseToStart(
+        `Port ${httpsPort} (HTTPS) is already in use. Choose another port, or none: HTTPS_PORT=8444 npm start, HTTPS_PORT=off npm start`,
+      );
+    }
+    // Clients that dial only wss:// (the OpenAI SDK's realtime client) trust this CA (scripts/embedded/tls.ts).
+    const tls = httpsPort === null ? undefined : ensureLocalTls(base.dataDir);
+
     if (!env.DATABASE_URL) {
       if (await portInUse(base.embedded.pgPort)) {
         refuseToStart(
@@ -120,7 +130,9 @@ await runProcess({
       migrateOnStart: false,
       realtime: { upstreamProxyTarget: realtime ? `127.0.0.1:${realtime.port}` : undefined },
     });
-    const api = await startApi(config, logger).catch(async (err: NodeJS.ErrnoException) => {
+    const api = await startApi(config, logger, {
+      tls: tls && httpsPort !== null ? { cert: tls.cert, key: tls.key, port: httpsPort } : undefined,
+    }).catch(async (err: NodeJS.ErrnoException) => {
       await realtime?.stop();
       await pg?.stop();
       if (err.code === 'EADDRINUSE') {
@@ -129,6 +141,14 @@ await runProcess({
       throw err;
     });
     const baseUrl = `http://localhost:${api.port}`;
+    const httpsLines =
+      tls && api.httpsPort
+        ? [
+            `  HTTPS and wss:// on https://localhost:${api.httpsPort}, certified by a local CA; Node clients trust it with`,
+            `    NODE_EXTRA_CA_CERTS=${tls.caFile}`,
+            '',
+          ]
+        : [];
 
     if (!secrets.announced && env.GATEWAY_ADMIN_TOKEN === secrets.adminToken) {
       // Printed once, to the terminal only (never to the log): the operator's first key.
@@ -147,6 +167,7 @@ await runProcess({
           '',
           `  API docs: ${baseUrl}/docs`,
           '',
+          ...httpsLines,
         ].join('\n') + '\n',
       );
       markAnnounced(config.dataDir, secrets);
@@ -155,7 +176,8 @@ await runProcess({
         `\n  Speech-to-text service is up on ${baseUrl} (docs: ${baseUrl}/docs)\n` +
           (env.GATEWAY_ADMIN_TOKEN === secrets.adminToken
             ? `  Admin token: in ${config.dataDir}/secrets.json ("adminToken")\n\n`
-            : '\n'),
+            : '\n') +
+          httpsLines.map((l) => `${l}\n`).join(''),
       );
     }
 

@@ -90,6 +90,13 @@ export interface PlatformConfig {
   /** Embedded start only: where the bundled Postgres listens when DATABASE_URL is unset. */
   embedded: {
     pgPort: number;
+    /**
+     * HTTPS and wss:// beside the plain port, with a certificate from a
+     * local CA generated under DATA_DIR/tls (clients that only dial wss://,
+     * such as the OpenAI SDK's realtime client); 0 = any free port,
+     * null = off (`HTTPS_PORT=off`).
+     */
+    httpsPort: number | null;
     /** Restart backoff of the supervised children (realtime process, Postgres): first and longest wait. */
     restartBaseMs: number;
     restartMaxMs: number;
@@ -145,6 +152,7 @@ export function platformConfig(env: Env): PlatformConfig {
     metrics: { enabled: bool(env, 'METRICS_ENABLED', true), token: str(env, 'METRICS_TOKEN') },
     embedded: {
       pgPort: int(env, 'EMBEDDED_PG_PORT', 54329, 1),
+      httpsPort: str(env, 'HTTPS_PORT') === 'off' ? null : int(env, 'HTTPS_PORT', 8443, 0),
       restartBaseMs: EMBEDDED_RESTART_BASE_MS,
       restartMaxMs: EMBEDDED_RESTART_MAX_MS,
     },

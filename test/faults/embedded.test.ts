@@ -48,6 +48,7 @@ describe('faults: embedded start supervises its children', function () {
       PORT: '0',
       HOST: '127.0.0.1',
       EMBEDDED_PG_PORT: String(await freePort()),
+      HTTPS_PORT: '0',
       LOG_LEVEL: 'info',
       STT_THREADS: '1',
     });

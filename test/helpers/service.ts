@@ -33,6 +33,8 @@ export async function startService(env: Record<string, string> = {}): Promise<Ru
       PORT: '0',
       HOST: '127.0.0.1',
       EMBEDDED_PG_PORT: String(50_000 + Math.floor(Math.random() * 5000)),
+      // HTTPS beside it on any free port (8443 would collide between tests running at once).
+      HTTPS_PORT: '0',
       LOG_LEVEL: 'warn',
       ...env,
     },

@@ -18,6 +18,7 @@ function serviceEnv(dataDir: string, pgPort: number, port = 0): Record<string, s
     PORT: String(port),
     HOST: '127.0.0.1',
     EMBEDDED_PG_PORT: String(pgPort),
+    HTTPS_PORT: '0',
     LOG_LEVEL: 'warn',
   };
 }
