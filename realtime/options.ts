@@ -22,8 +22,12 @@ export interface SessionSettings extends SegmenterSettings {
   translateTo: string | undefined;
 }
 
-/** A field's JSON Schema: null unsets a string setting and leaves any other as it is. */
-const text = { type: ['string', 'null'] } as const;
+/**
+ * A field's JSON Schema: null unsets a string setting and leaves any other as
+ * it is. Names are short: every `session.updated` echoes them, so a 500 KB
+ * `backend` turned each 25-byte update into 500 KB sent (issue 41, third pass).
+ */
+const text = { type: ['string', 'null'], maxLength: 200 } as const;
 const flag = { type: ['boolean', 'null'] } as const;
 /** Every number has both bounds: JSON's `1e309` parses as Infinity, which a bare minimum lets through. */
 const num = (minimum: number, maximum: number) => ({ type: ['number', 'null'], minimum, maximum });

@@ -103,7 +103,9 @@ export async function assertKeyPlansKnown(platform: Pick<Platform, 'db' | 'plans
     .db('api_keys')
     .where({ status: 'active' })
     .whereNull('revoked_at')
-    .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', platform.db.fn.now()))
+    .andWhere((q) => {
+      void q.whereNull('expires_at').orWhere('expires_at', '>', platform.db.fn.now());
+    })
     .groupBy('plan')
     .select('plan')
     .count<{ plan: string; count: string }[]>('* as count');

@@ -6,6 +6,7 @@
  */
 import type { Knex } from 'knex';
 import type { PollRow } from './poll.js';
+import { effectiveStatus } from '../../shared/auth/keyStore.js';
 import { chunkStep, STEPS, type StepRef } from './steps/order.js';
 import type { StepStatus, WorkflowParams, WorkflowStatus } from './types.js';
 
@@ -90,6 +91,25 @@ export class WorkflowRepo {
     return this.createOrGetActive(row);
   }
 
+  /** The tenant's unfinished workflows (queued or running), counted up to `limit`. */
+  async unfinished(ownerId: string, limit: number): Promise<number> {
+    const { rows } = await this.db.raw<{ rows: { n: string }[] }>(
+      `SELECT count(*) AS n FROM (SELECT 1 FROM batch_workflows
+        WHERE owner_id = ? AND status IN ('queued', 'running') LIMIT ?) t`,
+      [ownerId, limit],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  /** The tenant's unfinished workflow of this request_id, if any. */
+  async activeFor(ownerId: string, requestId: string): Promise<string | undefined> {
+    const row = await this.db('batch_workflows')
+      .where({ owner_id: ownerId, request_id: requestId })
+      .whereIn('status', ['queued', 'running'])
+      .first<{ id: string } | undefined>('id');
+    return row?.id;
+  }
+
   /** How many unfinished workflows of the same tenant were submitted before this one (its place in its tenant's line). */
   async tenantBacklogAhead(id: string): Promise<number> {
     const { rows } = await this.db.raw<{ rows: { n: string }[] }>(
@@ -144,8 +164,44 @@ export class WorkflowRepo {
     return this.db.transaction(async (tx) => {
       const found = await tx('batch_workflows')
         .where({ id })
-        .first<{ owner_id: string } | undefined>('owner_id');
+        .first<{ owner_id: string; key_id: string; status: string } | undefined>(
+          'owner_id',
+          'key_id',
+          'status',
+        );
       if (!found) return undefined;
+      // A key revoked (or expired) after its job was accepted, even while its body was still arriving
+      // (revocation terminates the jobs it finds; this one was not there yet): it never runs.
+      const key = await tx('api_keys')
+        .where({ id: found.key_id })
+        .first<{ status: string; revoked_at: Date | null; expires_at: Date | null } | undefined>(
+          'status',
+          'revoked_at',
+          'expires_at',
+        );
+      if (
+        key &&
+        (found.status === 'queued' || found.status === 'running') &&
+        effectiveStatus(key) !== 'active'
+      ) {
+        await tx('batch_workflows')
+          .where({ id })
+          .whereIn('status', ['queued', 'running'])
+          .update({
+            status: 'terminated',
+            error: JSON.stringify({
+              name: 'key_revoked',
+              message: `The API key that submitted this job is ${effectiveStatus(key)}.`,
+            }),
+            ended_at: tx.fn.now(),
+            updated_at: tx.fn.now(),
+            lease_owner: null,
+            lease_until: null,
+            poll_body: null,
+            poll_rev: tx.raw('poll_rev + 1'),
+          });
+        return undefined;
+      }
       await tx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [
         `batch_tenant:${found.owner_id}`,
       ]);
@@ -236,63 +292,6 @@ export class WorkflowRepo {
         ...this.stalePoll(),
       });
     return n > 0;
-  }
-
-  /**
-   * Ends unfinished workflows as `terminated` (cancelled by their tenant, or
-   * their key revoked): a queued one never starts (`acquire` takes only
-   * queued and running ones), a running one loses its lease at its next
-   * renewal. Returns the ids it ended.
-   */
-  async terminate(
-    where: { id: string; ownerId: string } | { keyId: string },
-    error: { name: string; message: string },
-  ): Promise<string[]> {
-    const q = this.db('batch_workflows').whereIn('status', ['queued', 'running']);
-    if ('keyId' in where) q.where({ key_id: where.keyId });
-    else q.where({ id: where.id, owner_id: where.ownerId });
-    const rows = await q
-      .update({
-        status: 'terminated',
-        error: JSON.stringify(error),
-        ended_at: this.db.fn.now(),
-        updated_at: this.db.fn.now(),
-        lease_owner: null,
-        lease_until: null,
-        ...this.stalePoll(),
-      })
-      .returning<{ id: string }[]>('id');
-    return rows.map((r) => r.id);
-  }
-
-  /**
-   * Finished workflows that ended more than `seconds` ago (oldest first),
-   * each with whether it is its tenant's latest workflow of its request_id
-   * (whose artifacts the prefix holds).
-   */
-  async expired(
-    seconds: number,
-    limit = 100,
-  ): Promise<{ id: string; owner_id: string; request_id: string; latest: boolean }[]> {
-    const { rows } = await this.db.raw<{
-      rows: { id: string; owner_id: string; request_id: string; latest: boolean }[];
-    }>(
-      `SELECT w.id, w.owner_id, w.request_id,
-              NOT EXISTS (SELECT 1 FROM batch_workflows n
-                           WHERE n.owner_id = w.owner_id AND n.request_id = w.request_id
-                             AND n.id <> w.id AND n.created_at >= w.created_at) AS latest
-         FROM batch_workflows w
-        WHERE w.status NOT IN ('queued', 'running') AND w.ended_at < now() - make_interval(secs => ?)
-        ORDER BY w.ended_at
-        LIMIT ?`,
-      [seconds, limit],
-    );
-    return rows;
-  }
-
-  /** Deletes workflows (their steps and deliveries go with them). */
-  async remove(ids: string[]): Promise<void> {
-    if (ids.length) await this.db('batch_workflows').whereIn('id', ids).delete();
   }
 
   /** The columns of STALE_POLL, for knex updates. */

@@ -22,13 +22,13 @@ import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageLedger } from '../../shared/usage.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
-import { artifactKeys } from './artifacts.js';
 import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { Semaphore } from '../../shared/semaphore.js';
-import { UsageBudget } from '../../shared/usage/budget.js';
+import { Retention } from './retention.js';
+import { Cancellation } from './cancel.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
@@ -71,8 +71,23 @@ export class BatchRuntime {
   private readonly resuming = new Map<string, NodeJS.Timeout>();
   private readonly log: Logger;
 
+  readonly retention: Retention;
+  private readonly cancellation: Cancellation;
+
   constructor(private readonly d: BatchRuntimeDeps) {
     this.repo = new WorkflowRepo(d.db);
+    this.retention = new Retention(
+      d.db,
+      d.store,
+      d.config.batch.retentionSeconds,
+      d.logger.child({ component: 'batch' }),
+    );
+    this.cancellation = new Cancellation(
+      d.db,
+      d.config.usageWindowSeconds,
+      (id) => this.runner?.stopRun(id),
+      d.logger.child({ component: 'batch' }),
+    );
     this.polls = new PollReader(this.repo);
     this.store = d.store;
     this.outbound = d.outbound;
@@ -223,35 +238,13 @@ export class BatchRuntime {
       await this.enqueue(w.id);
     }
     if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
-    await this.expire();
+    await this.retention.expire();
     if (this.boss) {
       const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
       for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
       if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
     }
     return stale.length;
-  }
-
-  private lastExpiry = 0;
-
-  /**
-   * Retention (BATCH_RETENTION_DAYS): finished workflows past it are
-   * deleted, and the artifacts of the latest run of each request_id with
-   * them; at most once a minute, 100 at a time.
-   */
-  async expire(force = false): Promise<number> {
-    const keep = this.d.config.batch.retentionSeconds;
-    if (!keep || (!force && Date.now() - this.lastExpiry < 60_000)) return 0;
-    this.lastExpiry = Date.now();
-    const expired = await this.repo.expired(keep);
-    for (const w of expired.filter((e) => e.latest)) {
-      const store = tenantStore(this.store, w.owner_id);
-      const prefix = artifactKeys(w.request_id).prefix;
-      for (const key of await store.list(prefix)) await store.delete(key);
-    }
-    await this.repo.remove(expired.map((e) => e.id));
-    if (expired.length) this.log.info({ count: expired.length }, 'finished workflows past retention deleted');
-    return expired.length;
   }
 
   /**
@@ -345,6 +338,14 @@ export class BatchRuntime {
       max_audio_seconds: principal.limits.maxAudioSecondsPerRequest,
       max_window_seconds: principal.limits.maxAudioSecondsPerWindow,
     };
+    // A tenant's queue is bounded (every queued job keeps its parameters, up to ~70 KB): past it, only a
+    // resubmission of a job it already has is answered.
+    const cap = this.d.config.batch.maxUnfinishedPerTenant;
+    if (
+      (await this.repo.unfinished(principal.ownerId, cap)) >= cap &&
+      !(await this.repo.activeFor(principal.ownerId, requestId))
+    )
+      throw new TooManyJobsError(cap);
     const { id, created } = await this.repo.createOrGetActive({
       id: newWorkflowId(),
       request_id: requestId,
@@ -382,41 +383,19 @@ export class BatchRuntime {
   }
 
   /**
-   * Cancels the tenant's workflow: `terminated` if it was queued or
-   * running (`cancelled`), else as it is. Undefined for unknown ids and
-   * other tenants' workflows; otherwise its poll response.
+   * Cancels the tenant's workflow (api/batch/cancel.ts). Undefined for
+   * unknown ids and other tenants' workflows; otherwise whether it ended
+   * now and its poll response.
    */
   async cancel(ownerId: string, workflowId: string): Promise<{ ended: boolean; poll: string } | undefined> {
-    const ended = await this.terminate(
-      { id: workflowId, ownerId },
-      { name: 'cancelled', message: 'The job was cancelled by its owner.' },
-    );
+    const ended = await this.cancellation.cancel(ownerId, workflowId);
     const poll = await this.poll(ownerId, workflowId);
-    return poll === undefined ? undefined : { ended: ended.length > 0, poll };
+    return poll === undefined ? undefined : { ended, poll };
   }
 
-  /** A revoked key's unfinished workflows are terminated: nothing more of them runs or is billed to it. */
-  async cancelKeyJobs(keyId: string): Promise<number> {
-    const ended = await this.terminate(
-      { keyId },
-      { name: 'key_revoked', message: 'The API key that submitted this job was revoked.' },
-    );
-    if (ended.length) this.log.info({ keyId, count: ended.length }, "revoked key's jobs terminated");
-    return ended.length;
-  }
-
-  private async terminate(
-    where: Parameters<WorkflowRepo['terminate']>[0],
-    error: { name: string; message: string },
-  ): Promise<string[]> {
-    const ids = await this.repo.terminate(where, error);
-    const budget = new UsageBudget(this.d.db, this.d.config.usageWindowSeconds);
-    for (const id of ids) {
-      this.runner?.stopRun(id);
-      await budget.release('batch', id);
-    }
-    metrics.finished.inc({ status: 'terminated' }, ids.length);
-    return ids;
+  /** A revoked key's unfinished workflows are terminated; how many. */
+  cancelKeyJobs(keyId: string): Promise<number> {
+    return this.cancellation.revokedKey(keyId);
   }
 
   /** The poll response (interface 2.3, JSON text) of the tenant's workflow; undefined for unknown ids and other tenants' workflows. */
@@ -454,6 +433,14 @@ async function createQueues(boss: PgBoss): Promise<void> {
     retryDelay: 30,
     expireInSeconds: 600,
   });
+}
+
+/** The tenant already has BATCH_MAX_UNFINISHED_PER_TENANT jobs queued or running. */
+export class TooManyJobsError extends Error {
+  override name = 'TooManyJobsError';
+  constructor(readonly cap: number) {
+    super(`This tenant already has ${cap} jobs queued or running; submit more as they finish.`);
+  }
 }
 
 export function newWorkflowId(): string {

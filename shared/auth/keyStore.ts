@@ -141,7 +141,7 @@ export class KeyStore {
           idempotency_key: input.idempotencyKey,
           request_fingerprint: fingerprint,
         }),
-      } as Partial<KeyRow>)
+      })
       .onConflict('idempotency_key')
       .ignore()
       .returning('*');

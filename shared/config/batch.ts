@@ -132,6 +132,8 @@ export interface BatchConfig {
    * down one API process after another.
    */
   quarantineAfterCrashes: number;
+  /** Unfinished (queued or running) workflows one tenant may have; more are refused 429 `too_many_jobs`. */
+  maxUnfinishedPerTenant: number;
   /**
    * Finished workflows (their rows, steps, deliveries and, for the latest
    * of a request_id, its artifacts) are deleted this long after they ended;
@@ -237,6 +239,7 @@ export function batchConfig(env: Env): BatchConfig {
     },
     maxRunningPerTenant: int(env, 'BATCH_MAX_RUNNING_PER_TENANT', 1, 1),
     quarantineAfterCrashes: QUARANTINE_AFTER_CRASHES,
+    maxUnfinishedPerTenant: int(env, 'BATCH_MAX_UNFINISHED_PER_TENANT', 1000, 1),
     retentionSeconds: num(env, 'BATCH_RETENTION_DAYS', 30, 0) * 86_400,
     decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),

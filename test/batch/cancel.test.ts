@@ -102,13 +102,32 @@ describe('batch: cancelling jobs', function () {
       .set('authorization', `Bearer ${ADMIN_TOKEN}`);
     expect(res.status).to.equal(200);
     for (const id of ids) expect((await row(id)).status).to.equal('terminated');
-    // Workers start now: the queued jobs of the revoked key are not run.
+    // The race the admin route cannot see: a job accepted while its key was being revoked (its body
+    // still arriving when the revocation ended the key's jobs). The store revokes the key alone here.
+    const late = await issueKey(t, { ownerId: 'tenant-revoked-late', plan: 'pro' });
+    const lateJob = await submit(late.key, {
+      audio_url: `${files.url}/short.wav`,
+      webhook_url: `${files.url}/revoked-hook`,
+    });
+    await t.deps.keys.revoke(late.id);
+    // Workers start now: the queued jobs of the revoked keys are not run.
     await t.runtime.stop();
     await t.runtime.start({ workers: true });
     const other = await issueKey(t, { ownerId: 'tenant-after-revocation', plan: 'pro' });
     const control = await submit(other.key, { audio_url: `${files.url}/short.wav` });
     await waitFor(async () => (await row(control)).status === 'complete', 60_000, 200);
     for (const id of ids) expect((await row(id)).status).to.equal('terminated');
+    const lateRow = await waitFor(
+      async () => {
+        const r = await row(lateJob);
+        return r.status !== 'queued' ? r : undefined;
+      },
+      30_000,
+      100,
+    );
+    expect(lateRow.status).to.equal('terminated');
+    expect(lateRow.error.name).to.equal('key_revoked');
+    expect(await billed(late.id)).to.equal(0);
     expect(await billed(k.id)).to.equal(0);
     expect(files.posts.filter((p) => p.path === '/revoked-hook')).to.deep.equal([]);
   });

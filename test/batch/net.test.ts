@@ -51,6 +51,8 @@ describe('net: outbound fetch guard', function () {
       '172.16.0.1',
       '192.168.1.1',
       '169.254.169.254',
+      '::a9fe:a9fe', // IPv4-compatible IPv6 of the metadata address (issue 41, third pass)
+      '::7f00:1',
       '::1',
       'fe80::1',
       'fd00:ec2::254',

@@ -62,7 +62,7 @@ describe('batch: retention of finished workflows', function () {
       .where({ id: old })
       .update({ ended_at: t.deps.db.raw("now() - interval '25 hours'") });
 
-    expect(await t.runtime.expire(true)).to.equal(1);
+    expect(await t.runtime.retention.expire(true)).to.equal(1);
     expect(await t.deps.db('batch_workflows').where({ id: old }).first()).to.equal(undefined);
     expect(await t.deps.db('batch_steps').where({ workflow_id: old })).to.deep.equal([]);
     expect(await store.list(`transcription/${oldRequest}/`)).to.deep.equal([]);

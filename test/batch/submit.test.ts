@@ -261,3 +261,32 @@ describe('batch: default outbound policy (no allow-list)', function () {
     }
   });
 });
+
+describe('batch: a tenant has at most BATCH_MAX_UNFINISHED_PER_TENANT jobs queued or running', function () {
+  this.timeout(30_000);
+  let t: BatchTestApp;
+  before(async () => {
+    t = await createBatchTestApp({ BATCH_WORKERS: 'false', BATCH_MAX_UNFINISHED_PER_TENANT: '2' });
+  });
+  after(async () => t?.close());
+
+  it('refuses a third with 429 too_many_jobs; a resubmission and another tenant are served', async () => {
+    const a = (await issueKey(t, { ownerId: 'tenant-capped', plan: 'pro' })).key;
+    const b = (await issueKey(t, { ownerId: 'tenant-other', plan: 'pro' })).key;
+    const submit = (key: string, requestId: string) =>
+      request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({ audio_url: 'https://example.com/a.wav', request_id: requestId });
+    const first = await submit(a, 'one');
+    expect((await submit(a, 'two')).status).to.equal(202);
+    const third = await submit(a, 'three');
+    expect(third.status).to.equal(429);
+    expect(third.body.code).to.equal('too_many_jobs');
+    expect(third.headers['retry-after']).to.match(/^\d+$/);
+    const again = await submit(a, 'one');
+    expect(again.status).to.equal(202);
+    expect(again.body.workflow_id).to.equal(first.body.workflow_id);
+    expect((await submit(b, 'three')).status).to.equal(202);
+  });
+});

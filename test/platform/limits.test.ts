@@ -254,9 +254,14 @@ describe('maxRequestsPerMinute on HTTP transcription routes', () => {
         expect(Number(res.headers['retry-after'])).to.be.within(1, 60);
         expect(res.body.error).to.be.a('string').and.include('job polls');
       }
-      // The poll aliases share the bucket; the plan's request bucket is untouched.
+      // The poll aliases share the bucket, and so do artifact reads (a read loop slowed everyone before
+      // they did); the plan's request bucket is untouched.
       await request(p.server)
         .get(`/cf_${'0'.repeat(64)}`)
+        .set('Authorization', `Bearer ${key}`)
+        .expect(429);
+      await request(p.server)
+        .get('/r2/transcription/x/result.json')
         .set('Authorization', `Bearer ${key}`)
         .expect(429);
       await request(p.server)

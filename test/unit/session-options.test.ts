@@ -26,6 +26,15 @@ describe('unit: session.update options', () => {
     expect(r.languageChanged).to.equal(true);
   });
 
+  it('refuses names longer than 200 characters and Infinity (1e309) anywhere (issue 41)', () => {
+    for (const name of ['backend', 'stt_model', 'normalizer_model', 'translate_to', 'language']) {
+      const r = update({ [name]: 'x'.repeat(201) });
+      expect(r.ok, name).to.equal(false);
+    }
+    expect(update({ backend: 'x'.repeat(200) }).ok).to.equal(true);
+    expect(update({ vad_target_speech_ms: Infinity }).ok).to.equal(false);
+  });
+
   it('a silence window the client sets is kept exactly: sentence-end pauses go off', () => {
     expect(base.sentenceEndSilenceMs, 'on by default').to.be.greaterThan(0);
     for (const msg of [

@@ -24,10 +24,14 @@ export function isIpLiteral(host: string): boolean {
   return ipaddr.isValid(bare);
 }
 
+/** IPv4-compatible IPv6 (::/96, deprecated by RFC 4291): ipaddr.js calls it unicast, yet ::a9fe:a9fe embeds 169.254.169.254. */
+const IPV4_COMPATIBLE = ipaddr.parseCIDR('::/96');
+
 /** True for globally routable unicast addresses. */
 export function isPublicAddress(ip: string): boolean {
   const a = normalise(ip);
-  return a !== null && a.range() === 'unicast';
+  if (a === null || a.range() !== 'unicast') return false;
+  return !(a.kind() === 'ipv6' && a.match(IPV4_COMPATIBLE));
 }
 
 export class AddressPolicy {
@@ -59,7 +63,7 @@ export class AddressPolicy {
     if (host && this.hostAllowed(host)) return true;
     const a = normalise(ip);
     if (!a) return false;
-    if (a.range() === 'unicast') return true;
+    if (isPublicAddress(ip)) return true;
     return this.cidrs.some(([net, bits]) => net.kind() === a.kind() && a.match(net, bits));
   }
 }

@@ -7,10 +7,11 @@
  */
 import type { AppDeps } from '../../deps.js';
 import { requireApiKey } from '../../http/auth.js';
+import { pollRateLimit } from '../../http/rateLimit.js';
 import { ApiError, usePlane } from '../../http/errors.js';
 import type { Route } from '../../http/routes.js';
 import { pathParam } from '../../openapi/registry.js';
-import { batchErrorSchema } from '../../openapi/schemas.js';
+import { batchErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import { assertSafeKey, InvalidKeyError } from '../../batch/storage/index.js';
 
 export const ARTIFACT_PREFIX = '/r2/';
@@ -36,6 +37,9 @@ export function routes(deps: AppDeps): Route[] {
       chain: [
         usePlane('batch'),
         requireApiKey(deps.auth),
+        // Reads share the poll budget (POLL_REQUESTS_PER_MINUTE): a tenant reading a large result in a
+        // loop slowed every other tenant's requests (issue 41, third pass).
+        pollRateLimit(deps, 'artifact reads'),
         async (ctx) => {
           const key = artifactKeyFromPath(ctx.path);
           const value = await deps.batch.readArtifact(ctx.state.principal.ownerId, key);
@@ -57,6 +61,10 @@ export function routes(deps: AppDeps): Route[] {
         responses: {
           '200': { description: 'The stored JSON document.', schema: { type: 'object' } },
           '401': { description: 'Authentication failed.', schema: batchErrorSchema },
+          '429': tooManyRequests(
+            'Read rate limit exceeded (`POLL_REQUESTS_PER_MINUTE` per key, shared with job polls).',
+            batchErrorSchema,
+          ),
           '404': {
             description:
               'No such artifact for this tenant (`artifact_not_found`), or a key that is not allowed (`invalid_key`: traversal, absolute, encoded characters).',

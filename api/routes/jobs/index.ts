@@ -15,6 +15,7 @@ import { check } from '../../http/validate.js';
 import { componentRef, pathParam } from '../../openapi/registry.js';
 import { tooManyRequests } from '../../openapi/schemas.js';
 import { jobRequestSchema, WORKFLOW_ID_PATTERN, WORKFLOW_ID_RE } from '../../batch/schemas.js';
+import { TooManyJobsError } from '../../batch/runtime.js';
 import type { JobRequest } from '../../batch/types.js';
 import { metadataProblem } from '../../batch/metadata.js';
 import { supportedLanguage } from '../../../shared/transcribe/clip.js';
@@ -46,7 +47,14 @@ export function submitHandler(deps: AppDeps): Middleware {
     }
     // A language the engine cannot serve would only fail later, chunk by chunk.
     supportedLanguage(deps.speech.languages(), body.language);
-    const accepted = await runtime.submit(ctx.state.principal, body);
+    const accepted = await runtime.submit(ctx.state.principal, body).catch((err: unknown) => {
+      if (err instanceof TooManyJobsError)
+        throw new ApiError(429, 'too_many_jobs', err.message, {
+          retryable: true,
+          headers: { 'Retry-After': '30' },
+        });
+      throw err;
+    });
     ctx.state.log?.info(
       { workflowId: accepted.workflow_id, requestId: accepted.request_id },
       'batch job accepted',
@@ -142,7 +150,10 @@ const SUBMIT_RESPONSES = {
     schema: componentRef('BatchError'),
   },
   '401': { description: 'Authentication failed.', schema: componentRef('BatchError') },
-  '429': tooManyRequests('Request rate limit exceeded.', componentRef('BatchError')),
+  '429': tooManyRequests(
+    'Request rate limit exceeded, or `too_many_jobs`: the tenant already has BATCH_MAX_UNFINISHED_PER_TENANT jobs queued or running.',
+    componentRef('BatchError'),
+  ),
 };
 
 function pollDoc(operationId: string, deprecated: boolean): OperationDoc {
