@@ -17,36 +17,37 @@ import { audioDir } from '../batch/helpers.js';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('unit: FairShare hands clip slots to keys in turn', () => {
-  it("a key past its share waits in its own line; another key's clip takes the free slot", async () => {
-    const share = new FairShare(2, 1);
+  const recorder = (share: FairShare) => {
     const order: string[] = [];
     const job = (key: string, ms: number) =>
       share.run(key, undefined, async () => {
         await sleep(ms);
         order.push(key);
       });
-    const a = [job('a', 40), job('a', 10), job('a', 10)];
+    return { order, job };
+  };
+
+  it("a lone key borrows the whole engine; once another key waits, a freed slot is that key's", async () => {
+    const share = new FairShare(2, 1);
+    const { order, job } = recorder(share);
+    const a = [job('a', 30), job('a', 30), job('a', 5), job('a', 5), job('a', 5)];
     await sleep(5);
-    const b = job('b', 10);
+    expect(share.held('a'), 'alone, it borrows the second slot').to.equal(2);
+    const b = job('b', 5);
     await Promise.all([...a, b]);
-    expect(order[0]).to.equal('b');
+    // a's first two run; when one ends, b comes before a's three waiting ones.
+    expect(order.indexOf('b')).to.be.below(3);
   });
 
-  it('with the whole engine open to one key, a freed slot goes to the next key in turn, not the backlog', async () => {
-    const share = new FairShare(2, 2);
-    const order: string[] = [];
-    const job = (key: string, ms: number) =>
-      share.run(key, undefined, async () => {
-        await sleep(ms);
-        order.push(key);
-      });
-    const all = [job('a', 30), job('a', 30), job('a', 5), job('a', 5), job('a', 5)];
-    await sleep(5);
-    all.push(job('b', 5));
-    await Promise.all(all);
-    // The first two of a's run; when one ends, b comes before a's three waiting ones.
-    expect(order.indexOf('b')).to.be.below(4);
-    expect(order.slice(0, 3)).to.include('b');
+  it('while another key holds a slot, a key stays at its share', async () => {
+    const share = new FairShare(2, 1);
+    const { order, job } = recorder(share);
+    const b = job('b', 40);
+    const a = [job('a', 5), job('a', 5), job('a', 5)];
+    await sleep(2);
+    expect(share.held('a')).to.equal(1);
+    await Promise.all([...a, b]);
+    expect(order).to.deep.equal(['a', 'a', 'a', 'b']);
   });
 
   it('a waiter whose signal aborts leaves its line and takes no slot', async () => {
@@ -82,7 +83,7 @@ describe("faults: one key's upload backlog does not hold another key's clip", fu
     return res.status;
   };
 
-  it("a clip sent behind 6 of another key's comes back before most of them", async () => {
+  it("a clip sent behind 6 of another key's takes the next free slot, before the rest of the backlog", async () => {
     const a = (await issueKey(t, { ownerId: 'tenant-backlog', plan: 'pro' })).key;
     const b = (await issueKey(t, { ownerId: 'tenant-single', plan: 'pro' })).key;
     const done: string[] = [];
@@ -90,11 +91,10 @@ describe("faults: one key's upload backlog does not hold another key's clip", fu
     await sleep(300);
     const single = upload(b, done, 'b');
     const statuses = await Promise.all([...backlog, single]);
-    expect(
-      statuses.every((s) => s === 200),
-      String(statuses),
-    ).to.equal(true);
-    // First come first served put it last; in turn it runs beside the backlog's first clip.
-    expect(done.indexOf('b'), done.join(' ')).to.be.below(3);
+    expect(statuses.at(-1), String(statuses)).to.equal(200);
+    // First come first served put it last; in turn it runs as soon as one of the backlog's first two ends
+    // (a backlog clip that waited past the 10 s bound on a loaded machine is answered 503: its own line).
+    const served = done.filter((n) => n === 'b' || statuses[Number(n.slice(1))] === 200);
+    expect(served.indexOf('b'), `${done.join(' ')} / ${String(statuses)}`).to.be.below(3);
   });
 });

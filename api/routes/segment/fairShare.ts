@@ -2,9 +2,11 @@
  * Clip work (decode and engine) of this process shared fairly between keys
  * (issue 41: one key holding 20 uploads in flight took another tenant's
  * 11 s clip from 2.9 s to 15.6–29.5 s). At most `size` clips are worked on
- * at once, one key at most `perKey` of them; when a slot frees it goes to
- * the waiting key that holds fewest (in turn among equals), so a key's
- * backlog waits in its own line. A waiter whose signal aborts (its
+ * at once. One key holds at most `perKey` of them while another key holds
+ * or waits for one; alone, it may borrow the rest (a lone tenant keeps the
+ * whole engine). When a slot frees it goes to the waiting key that holds
+ * fewest (in turn among equals), so a key's backlog waits in its own line
+ * and another key's clip is next. A waiter whose signal aborts (its
  * wait ran out, its client left) leaves its line at once.
  */
 import { DECODE_QUEUE_MS } from '../../../shared/transcribe/clip.js';
@@ -30,7 +32,7 @@ export class FairShare {
 
   async run<T>(key: string, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
     if (signal?.aborted) throw asError(signal.reason);
-    if (this.free > 0 && this.held(key) < this.perKey && !this.lines.has(key)) this.take(key);
+    if (this.free > 0 && this.mayTake(key) && !this.lines.has(key)) this.take(key);
     else await this.wait(key, signal);
     try {
       return await fn();
@@ -41,6 +43,14 @@ export class FairShare {
       else this.running.delete(key);
       this.dispatch();
     }
+  }
+
+  /** Under its share, or no other key holds or waits for a slot (it borrows what would stand idle). */
+  private mayTake(key: string): boolean {
+    if (this.held(key) < this.perKey) return true;
+    for (const k of this.running.keys()) if (k !== key) return false;
+    for (const k of this.lines.keys()) if (k !== key) return false;
+    return true;
   }
 
   private take(key: string): void {
@@ -78,7 +88,7 @@ export class FairShare {
       if (this.free <= 0) return;
       let key: string | undefined;
       for (const k of this.lines.keys())
-        if (this.held(k) < this.perKey && (key === undefined || this.held(k) < this.held(key))) key = k;
+        if (this.mayTake(k) && (key === undefined || this.held(k) < this.held(key))) key = k;
       if (key === undefined) return;
       const line = this.lines.get(key)!;
       const grant = line.shift()!;
