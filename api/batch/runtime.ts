@@ -26,7 +26,7 @@ import { WorkflowRepo } from './repo.js';
 import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
-import { Semaphore } from '../../shared/semaphore.js';
+import { FairShare } from '../../shared/fairShare.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
@@ -135,7 +135,7 @@ export class BatchRuntime {
       ffmpegPath: cfg.speech.audio.ffmpegPath,
       defaultModel: cfg.speech.segment.defaultModel,
       usageWindowSeconds: cfg.usageWindowSeconds,
-      engineSlots: new Semaphore(
+      engineSlots: engineShare(
         cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16),
       ),
       logger: this.log,
@@ -407,6 +407,16 @@ export class BatchRuntime {
   async readArtifact(ownerId: string, key: string): Promise<unknown> {
     return tenantStore(this.store, ownerId).getJson(key);
   }
+}
+
+/**
+ * The process's engine calls, shared between tenants (issue 41: a 93-chunk
+ * job at concurrency 16 made another tenant's 9-chunk job 5x slower, first
+ * come first served): a tenant alone uses every slot, beside others at most
+ * half, and a freed slot goes to the tenant holding fewest.
+ */
+function engineShare(slots: number): FairShare {
+  return new FairShare(slots, Math.max(1, Math.floor(slots / 2)));
 }
 
 /** How long a workflow deferred for its tenant's running bound waits before it is tried again. */

@@ -113,7 +113,7 @@ export interface SpeechConfig {
     defaultModel: string;
     /**
      * The share of this process's clip slots one key may hold (0–1, at
-     * least one slot): the rest stay free for other keys (api/routes/segment/fairShare.ts).
+     * least one slot): the rest stay free for other keys (shared/fairShare.ts).
      */
     keyShare: number;
   };

@@ -16,6 +16,7 @@ import http from 'node:http';
 import type net from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
+import request from 'supertest';
 import {
   buildRecording,
   createBatchTestApp,
@@ -168,5 +169,76 @@ describe("faults: one tenant's backlog does not hold another's job (issue 41)", 
     const waited = new Date(row.started_at).getTime() - submitted;
     // Before: each of the backlog's jobs was taken, deferred and queued again ahead of it (134.5 s).
     expect(waited, 'ms from submission to start').to.be.below(2000);
+  });
+});
+
+describe("faults: one tenant's big job does not hold another's engine time (issue 41)", function () {
+  this.timeout(240_000);
+  const dir = tmpDir('faults-fair-engine-');
+  let t: Awaited<ReturnType<typeof createBatchTestApp>>;
+  let files: Awaited<ReturnType<typeof startFileServer>>;
+  const slots: string[] = [];
+  before(async () => {
+    buildRecording(
+      path.join(dir, 'long.wav'),
+      [
+        'librispeech-1221-135766-0001.wav',
+        'jfk.wav',
+        'librivox-austen-0870.wav',
+        'librispeech-1089-134686-0001.wav',
+      ],
+      0.8,
+    );
+    buildRecording(
+      path.join(dir, 'short.wav'),
+      ['librivox-austen-0890.wav', 'librivox-austen-0880.wav'],
+      0.8,
+    );
+    files = await startFileServer(dir);
+    t = await createBatchTestApp(
+      { BATCH_ENGINE_SLOTS: '2', BATCH_WORKFLOWS_PER_PROCESS: '2', BATCH_SPLIT_UTTERANCES: 'false' },
+      { start: true },
+    );
+    t.hooks.onEngineSlot = (id) => slots.push(id);
+  });
+  after(async () => {
+    await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("the engine slots alternate between the tenants once the other's job is waiting", async () => {
+    const a = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-big-job' })).key;
+    const b = (await issueKey(t, { plan: 'pro', ownerId: 'tenant-small-job' })).key;
+    const submit = async (key: string, file: string, body: object) => {
+      const r = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({ audio_url: `${files.url}/${file}`, ...body });
+      expect(r.status).to.equal(202);
+      return r.body.workflow_id as string;
+    };
+    // A: about 46 s in 2 s chunks, 16 at a time; B: 9 s in 2 s chunks, once A is under way.
+    const big = await submit(a, 'long.wav', { segment_seconds: 2, concurrency: 16 });
+    await waitFor(async () => slots.filter((s) => s === big).length >= 2, 60_000, 20);
+    const small = await submit(b, 'short.wav', { segment_seconds: 2, concurrency: 16 });
+    const done = (id: string) =>
+      waitFor(
+        async () => {
+          const r = await t.deps.db('batch_workflows').where({ id }).first();
+          return r.status === 'complete' || r.status === 'errored' ? r : undefined;
+        },
+        180_000,
+        200,
+      );
+    expect((await done(small)).status).to.equal('complete');
+    const fromB = slots.indexOf(small);
+    const bSlots = slots.filter((s) => s === small).length;
+    const lastB = slots.lastIndexOf(small);
+    const aBetween = slots.slice(fromB, lastB + 1).filter((s) => s === big).length;
+    // First come first served: every chunk A had queued went first (about 20 before B's first).
+    // In turn: while B waits, A holds one slot of two, so A gets about one slot per B slot.
+    expect(aBetween, slots.map((s) => (s === big ? 'A' : 'B')).join('')).to.be.at.most(bSlots + 2);
+    expect((await done(big)).status).to.equal('complete');
   });
 });

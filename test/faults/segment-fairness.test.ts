@@ -10,7 +10,7 @@
 import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
-import { FairShare } from '../../api/routes/segment/fairShare.js';
+import { FairShare } from '../../shared/fairShare.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import { audioDir } from '../batch/helpers.js';
 

@@ -9,11 +9,13 @@ import type { UsageLedger } from '../../../shared/usage.js';
 import type { ArtifactKeys } from '../artifacts.js';
 import type { WorkflowRepo, WorkflowRow } from '../repo.js';
 import type { WorkflowParams } from '../types.js';
-import type { Semaphore } from '../../../shared/semaphore.js';
+import type { FairShare } from '../../../shared/fairShare.js';
 
 export interface RunnerHooks {
   /** Called once per chunk right before it goes to the engine (tests count these). */
   onEngineCall?(workflowId: string, chunkIndex: number): void;
+  /** Called when one piece of audio gets a process engine slot (tests watch the order tenants are served in). */
+  onEngineSlot?(workflowId: string): void;
   /** Called when a step's attempt starts and when it ends (tests watch the event loop during one). */
   onStep?(workflowId: string, name: string, phase: 'start' | 'end'): void;
 }
@@ -32,8 +34,8 @@ export interface RunnerDeps {
   usageWindowSeconds: number;
   logger: Logger;
   hooks?: RunnerHooks;
-  /** Bounds engine calls in flight across all runs of this process. */
-  engineSlots: Semaphore;
+  /** Bounds engine calls in flight across all runs of this process, shared fairly between tenants. */
+  engineSlots: FairShare;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
   /** Queue a workflow again a little later (its tenant is at its running bound). */

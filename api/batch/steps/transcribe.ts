@@ -115,16 +115,17 @@ async function transcribeChunk(
       const bytes = sliceByteRange(piece);
       return jobSlots
         .run(pieceSignal, () =>
-          d.engineSlots.run(pieceSignal, () =>
-            d.speech.transcribe({
+          d.engineSlots.run(row.owner_id, pieceSignal, () => {
+            d.hooks?.onEngineSlot?.(row.id);
+            return d.speech.transcribe({
               pcm: pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length)),
               language: p.language,
               prompt: p.prompt,
               model: p.model,
               signal: pieceSignal,
               attemptTimeoutMs: engineAttemptTimeoutMs(config, piece.end - piece.start),
-            }),
-          ),
+            });
+          }),
         )
         .catch((err: unknown) => {
           failed.abort(err);

@@ -37,7 +37,8 @@ import {
   verboseJsonSchema,
   type SegmentFields,
 } from './schemas.js';
-import { FairShare, inTurn } from './fairShare.js';
+import { inTurn } from './turn.js';
+import { FairShare } from '../../../shared/fairShare.js';
 import { deprecatedJobRequestBody, deprecatedJobResponses, submitChain } from '../jobs/index.js';
 import { streamPieces, TranscriptStream, wantsStream } from '../openai/stream.js';
 

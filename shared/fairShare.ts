@@ -1,17 +1,13 @@
 /**
- * Clip work (decode and engine) of this process shared fairly between keys
- * (issue 41: one key holding 20 uploads in flight took another tenant's
- * 11 s clip from 2.9 s to 15.6–29.5 s). At most `size` clips are worked on
- * at once. One key holds at most `perKey` of them while another key holds
- * or waits for one; alone, it may borrow the rest (a lone tenant keeps the
- * whole engine). When a slot frees it goes to the waiting key that holds
- * fewest (in turn among equals), so a key's backlog waits in its own line
- * and another key's clip is next. A waiter whose signal aborts (its
- * wait ran out, its client left) leaves its line at once.
+ * Work of this process shared fairly between keys (issue 41): at most `size`
+ * units at once. One key holds at most `perKey` of them while another key
+ * holds or waits for one; alone, it may borrow the rest (a lone tenant keeps
+ * the whole capacity). When a unit frees it goes to the waiting key that
+ * holds fewest (in turn among equals), so a key's backlog waits in its own
+ * line and another key's work is next. A waiter whose signal aborts leaves
+ * its line at once. Used for segment clips (per API key) and batch engine
+ * calls (per tenant).
  */
-import { DECODE_QUEUE_MS } from '../../../shared/transcribe/clip.js';
-import { HttpRefusal } from '../../../shared/http/refusal.js';
-
 export class FairShare {
   private free: number;
   private readonly running = new Map<string, number>();
@@ -102,47 +98,4 @@ export class FairShare {
 
 function asError(reason: unknown): Error {
   return reason instanceof Error ? reason : new Error(String(reason));
-}
-
-/**
- * Runs `fn` in `key`'s turn, waiting at most DECODE_QUEUE_MS for it (then
- * 503 `engine_overloaded` with Retry-After, as for a decoder that does not
- * become free); the client leaving ends the wait at once.
- */
-export async function inTurn<T>(
-  share: FairShare,
-  key: string,
-  signal: AbortSignal,
-  fn: () => Promise<T>,
-): Promise<T> {
-  const wait = new AbortController();
-  const timer = setTimeout(
-    () => wait.abort(new DOMException('clip slot wait timed out', 'TimeoutError')),
-    DECODE_QUEUE_MS,
-  );
-  const onClientGone = () => wait.abort(signal.reason);
-  signal.addEventListener('abort', onClientGone, { once: true });
-  const stopWaiting = () => {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', onClientGone);
-  };
-  let started = false;
-  try {
-    return await share.run(key, wait.signal, () => {
-      started = true;
-      stopWaiting();
-      return fn();
-    });
-  } catch (err) {
-    if (!started && err === wait.signal.reason && !signal.aborted)
-      throw new HttpRefusal(
-        503,
-        'engine_overloaded',
-        `No transcription slot became free within ${DECODE_QUEUE_MS} ms (one key holds at most ${share.perKey} of this server's ${share.size} at once).`,
-        { retryable: true, headers: { 'Retry-After': '2' } },
-      );
-    throw err;
-  } finally {
-    stopWaiting();
-  }
 }

@@ -1,0 +1,52 @@
+/**
+ * Clip work (decode and engine) of this process shared fairly between keys
+ * (issue 41: one key holding 20 uploads in flight took another tenant's
+ * 11 s clip from 2.9 s to 15.6–29.5 s): a clip takes its key's turn in a
+ * FairShare (shared/fairShare.ts), waiting at most as long as for a decoder.
+ */
+import { DECODE_QUEUE_MS } from '../../../shared/transcribe/clip.js';
+import { HttpRefusal } from '../../../shared/http/refusal.js';
+import type { FairShare } from '../../../shared/fairShare.js';
+
+/**
+ * Runs `fn` in `key`'s turn, waiting at most DECODE_QUEUE_MS for it (then
+ * 503 `engine_overloaded` with Retry-After, as for a decoder that does not
+ * become free); the client leaving ends the wait at once.
+ */
+export async function inTurn<T>(
+  share: FairShare,
+  key: string,
+  signal: AbortSignal,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const wait = new AbortController();
+  const timer = setTimeout(
+    () => wait.abort(new DOMException('clip slot wait timed out', 'TimeoutError')),
+    DECODE_QUEUE_MS,
+  );
+  const onClientGone = () => wait.abort(signal.reason);
+  signal.addEventListener('abort', onClientGone, { once: true });
+  const stopWaiting = () => {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', onClientGone);
+  };
+  let started = false;
+  try {
+    return await share.run(key, wait.signal, () => {
+      started = true;
+      stopWaiting();
+      return fn();
+    });
+  } catch (err) {
+    if (!started && err === wait.signal.reason && !signal.aborted)
+      throw new HttpRefusal(
+        503,
+        'engine_overloaded',
+        `No transcription slot became free within ${DECODE_QUEUE_MS} ms (one key holds at most ${share.perKey} of this server's ${share.size} at once).`,
+        { retryable: true, headers: { 'Retry-After': '2' } },
+      );
+    throw err;
+  } finally {
+    stopWaiting();
+  }
+}
