@@ -48,3 +48,54 @@ export class Semaphore {
 function asError(reason: unknown): Error {
   return reason instanceof Error ? reason : new Error(String(reason));
 }
+
+/**
+ * A budget of bytes held at once (batch chunks read into memory, issue 41:
+ * one job of 3600 s chunks at concurrency 4 took a worker past 900 MB).
+ * `run` waits, in order of arrival, until its bytes fit beside what is held;
+ * a request larger than the whole budget runs alone. An aborted waiter
+ * leaves at once.
+ */
+export class ByteBudget {
+  private held = 0;
+  private waiters: { bytes: number; grant: () => void }[] = [];
+
+  constructor(readonly capacity: number) {}
+
+  async run<T>(bytes: number, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+    const need = Math.min(bytes, this.capacity);
+    if (this.waiters.length || this.held + need > this.capacity) {
+      await new Promise<void>((resolve, reject) => {
+        const waiter = {
+          bytes: need,
+          grant: () => {
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          },
+        };
+        const onAbort = () => {
+          this.waiters = this.waiters.filter((w) => w !== waiter);
+          reject(asError(signal!.reason));
+          this.dispatch();
+        };
+        if (signal?.aborted) return reject(asError(signal.reason));
+        signal?.addEventListener('abort', onAbort, { once: true });
+        this.waiters.push(waiter);
+      });
+    } else this.held += need;
+    try {
+      return await fn();
+    } finally {
+      this.held -= need;
+      this.dispatch();
+    }
+  }
+
+  private dispatch(): void {
+    while (this.waiters.length && this.held + this.waiters[0].bytes <= this.capacity) {
+      const w = this.waiters.shift()!;
+      this.held += w.bytes;
+      w.grant();
+    }
+  }
+}

@@ -27,6 +27,7 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { FairShare } from '../../shared/fairShare.js';
+import { ByteBudget } from '../../shared/semaphore.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
@@ -135,6 +136,7 @@ export class BatchRuntime {
       ffmpegPath: cfg.speech.audio.ffmpegPath,
       defaultModel: cfg.speech.segment.defaultModel,
       usageWindowSeconds: cfg.usageWindowSeconds,
+      chunkMemory: new ByteBudget(cfg.batch.chunkMemoryBytes),
       engineSlots: engineShare(
         cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16),
       ),

@@ -132,6 +132,8 @@ export interface BatchConfig {
    * down one API process after another.
    */
   quarantineAfterCrashes: number;
+  /** Chunk audio (PCM) one process holds in memory at once, over all its runs (a larger chunk runs alone). */
+  chunkMemoryBytes: number;
   /** Unfinished (queued or running) workflows one tenant may have; more are refused 429 `too_many_jobs`. */
   maxUnfinishedPerTenant: number;
   /**
@@ -158,6 +160,8 @@ const REVIEW_STAGES = new Set(['annotate', 'correct']);
 export const PGBOSS_SCHEMA = 'pgboss';
 /** Shortest accepted segment_seconds (tiny slices only waste engine calls); smaller ones are raised to it. */
 export const MIN_SEGMENT_SECONDS = 2;
+/** 64 MiB of 16 kHz PCM16 is about 35 minutes of audio: a few chunks of the default 300 s each. */
+const CHUNK_MEMORY_BYTES = 64 * 1024 * 1024;
 /** Crashed runs after which a workflow is quarantined (BatchConfig.quarantineAfterCrashes). */
 const QUARANTINE_AFTER_CRASHES = 2;
 /** How far from each boundary the slicer may move a cut to find a pause. */
@@ -239,6 +243,7 @@ export function batchConfig(env: Env): BatchConfig {
     },
     maxRunningPerTenant: int(env, 'BATCH_MAX_RUNNING_PER_TENANT', 1, 1),
     quarantineAfterCrashes: QUARANTINE_AFTER_CRASHES,
+    chunkMemoryBytes: CHUNK_MEMORY_BYTES,
     maxUnfinishedPerTenant: int(env, 'BATCH_MAX_UNFINISHED_PER_TENANT', 1000, 1),
     retentionSeconds: num(env, 'BATCH_RETENTION_DAYS', 30, 0) * 86_400,
     decodeTimeoutMs: DECODE_TIMEOUT_MS,

@@ -14,7 +14,7 @@ import {
 import { RemoteReviewer } from '../../api/batch/review/llm.js';
 import { annotateChunkOffline, correctOffline } from '../../api/batch/review/offline.js';
 import { levenshtein, phoneticKey } from '../../api/batch/review/text.js';
-import { Semaphore } from '../../shared/semaphore.js';
+import { ByteBudget, Semaphore } from '../../shared/semaphore.js';
 import { aggregate } from '../../api/batch/steps/aggregate.js';
 import type { ChunkCheckpoint } from '../../api/batch/types.js';
 import { batchConfig } from '../../shared/config/batch.js';
@@ -354,5 +354,34 @@ describe('batch: engine slots', () => {
     expect((err as Error).message).to.equal('stop');
     await Promise.all([hold, hold2]);
     expect(await sem.run(undefined, async () => 'free again')).to.equal('free again');
+  });
+});
+
+describe('batch: chunk memory budget', () => {
+  it('holds at most its bytes at once, in order; a chunk larger than the budget runs alone; aborted waiters go', async () => {
+    const budget = new ByteBudget(100);
+    let held = 0;
+    let peak = 0;
+    const order: number[] = [];
+    const chunk = (bytes: number, i: number) =>
+      budget.run(bytes, undefined, async () => {
+        held += bytes;
+        peak = Math.max(peak, held);
+        await new Promise((r) => setTimeout(r, 10));
+        order.push(i);
+        held -= bytes;
+      });
+    await Promise.all([chunk(60, 0), chunk(60, 1), chunk(30, 2), chunk(250, 3), chunk(10, 4)]);
+    expect(order).to.deep.equal([0, 1, 2, 3, 4]);
+    expect(peak, 'the 250-byte chunk alone').to.equal(250);
+    const hold = budget.run(100, undefined, () => new Promise((r) => setTimeout(r, 30)));
+    const ac = new AbortController();
+    let err: unknown;
+    const waiting = budget.run(10, ac.signal, async () => 'ran').catch((e) => (err = e));
+    ac.abort(new Error('stop'));
+    await waiting;
+    expect((err as Error).message).to.equal('stop');
+    await hold;
+    expect(await budget.run(100, undefined, async () => 'free again')).to.equal('free again');
   });
 });

@@ -10,6 +10,7 @@ import type { ArtifactKeys } from '../artifacts.js';
 import type { WorkflowRepo, WorkflowRow } from '../repo.js';
 import type { WorkflowParams } from '../types.js';
 import type { FairShare } from '../../../shared/fairShare.js';
+import type { ByteBudget } from '../../../shared/semaphore.js';
 
 export interface RunnerHooks {
   /** Called once per chunk right before it goes to the engine (tests count these). */
@@ -36,6 +37,8 @@ export interface RunnerDeps {
   hooks?: RunnerHooks;
   /** Bounds engine calls in flight across all runs of this process, shared fairly between tenants. */
   engineSlots: FairShare;
+  /** Bounds the chunk audio held in memory across all runs of this process. */
+  chunkMemory: ByteBudget;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
   /** Queue a workflow again a little later (its tenant is at its running bound). */

@@ -93,10 +93,25 @@ async function transcribeChunk(
   pcmFile: string,
   jobSlots: Semaphore,
 ): Promise<ChunkCheckpoint> {
+  const { d, signal } = ctx;
+  const { start, end } = sliceByteRange(slice);
+  // The chunk's audio is held in memory while its pieces are transcribed: within the process's budget.
+  return d.chunkMemory.run(end - start, signal, async () => {
+    const pcm = await readRange(pcmFile, start, end);
+    return transcribePieces(ctx, slice, probe, pcm, jobSlots);
+  });
+}
+
+/** The pieces of one chunk, in the engine. */
+async function transcribePieces(
+  ctx: RunContext,
+  slice: Slice,
+  probe: ProbeOutput,
+  pcm: Buffer,
+  jobSlots: Semaphore,
+): Promise<ChunkCheckpoint> {
   const { d, row, params: p, signal } = ctx;
   const { config } = d;
-  const { start, end } = sliceByteRange(slice);
-  const pcm = await readRange(pcmFile, start, end);
   const pieces = await utterancePieces(pcm, config);
   d.hooks?.onEngineCall?.(row.id, slice.index);
   const segments: ChunkCheckpoint['segments'] = [];
