@@ -4,8 +4,9 @@
  * raw 16 kHz mono PCM16 file that chunks are read from by byte range.
  */
 import { spawn } from 'node:child_process';
-import { createWriteStream, promises as fsp } from 'node:fs';
+import { createWriteStream, promises as fsp, statSync } from 'node:fs';
 import { finished } from 'node:stream/promises';
+import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from '../../shared/audio/ffmpeg.js';
 import { OutboundClient, OutboundError } from './net/index.js';
 import { PermanentError, withoutPaths } from './errors.js';
 
@@ -69,7 +70,13 @@ export function decodeToPcmFile(
   opts: { ffmpegPath: string; timeoutMs: number; maxSeconds: number; signal?: AbortSignal },
 ): Promise<void> {
   return new Promise((resolve, reject) => {
-    const ff = spawn(
+    let inputBytes = 0;
+    try {
+      inputBytes = statSync(input).size;
+    } catch {
+      // ffmpeg reports the missing file itself
+    }
+    const cmd = boundedFfmpeg(
       opts.ffmpegPath,
       [
         '-hide_banner',
@@ -78,6 +85,8 @@ export function decodeToPcmFile(
         '-loglevel',
         'error',
         '-y',
+        // Only this file, only audio containers: a playlist cannot make ffmpeg read another file or a URL.
+        ...ffmpegInputArgs('file'),
         '-i',
         input,
         '-vn',
@@ -95,14 +104,20 @@ export function decodeToPcmFile(
         's16le',
         output,
       ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
+      inputBytes,
     );
+    const ff = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let killed = false;
+    const kill = () => {
+      killed = true;
+      ff.kill('SIGKILL');
+    };
     let stderr = '';
     ff.stderr.on('data', (d: Buffer) => {
       if (stderr.length < 4000) stderr += d.toString();
     });
-    const timer = setTimeout(() => ff.kill('SIGKILL'), opts.timeoutMs);
-    const onAbort = () => ff.kill('SIGKILL');
+    const timer = setTimeout(kill, opts.timeoutMs);
+    const onAbort = kill;
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     ff.on('error', (err) => {
       clearTimeout(timer);
@@ -112,6 +127,10 @@ export function decodeToPcmFile(
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
       if (code === 0) return resolve();
+      const refused = ffmpegRefusal(stderr, signal, killed);
+      if (refused)
+        return reject(new PermanentError('AudioDecodeError', `The audio could not be decoded: ${refused}`));
+      if (code === 127) return reject(new Error('ffmpeg could not start.'));
       if (signal) return reject(new Error(`ffmpeg was stopped (${signal}).`));
       reject(
         new PermanentError(
