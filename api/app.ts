@@ -8,6 +8,7 @@ import type { AppDeps } from './deps.js';
 import { ApiError, errorHandler } from './http/errors.js';
 import { requestContext } from './http/requestContext.js';
 import { slowClients } from './http/slowClients.js';
+import { diskFloorGuard } from './http/diskFloor.js';
 import { registerRoutes } from './http/routes.js';
 import { apiRoutes } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
@@ -31,6 +32,7 @@ export function createApp(deps: AppDeps): Koa {
     }),
   );
   app.use(errorHandler({ retryAfterSeconds: deps.config.failure.retryAfterSeconds }));
+  app.use(diskFloorGuard(deps.diskFloor));
   app.use(router.routes());
   // A route is a method and a path (interface section 4): any other pair, a known path with another
   // method included, is an unknown route, 404 `not_found` (interface 7.2 names no 405).

@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { createWriteStream, promises as fsp, statSync } from 'node:fs';
 import { finished } from 'node:stream/promises';
+import { InsufficientStorageError, isDiskFull, saysDiskFull } from '../../shared/disk.js';
 import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from '../../shared/audio/ffmpeg.js';
 import { OutboundClient, OutboundError } from './net/index.js';
 import { PermanentError, withoutPaths } from './errors.js';
@@ -31,6 +32,9 @@ export async function fetchAudio(
 ): Promise<FetchedAudio> {
   const started = Date.now();
   const sink = createWriteStream(file);
+  // A failed write (ENOSPC) must reach this call, never the process as an unhandled 'error'.
+  let sinkError: Error | undefined;
+  sink.on('error', (err) => (sinkError ??= err));
   try {
     const res = await client.request(url, {
       maxBytes: opts.maxBytes,
@@ -54,8 +58,14 @@ export async function fetchAudio(
       finalUrl: res.url,
       ms: Date.now() - started,
     };
-  } catch (err) {
+  } catch (caught) {
     sink.destroy();
+    const err = sinkError ?? caught;
+    if (isDiskFull(err)) {
+      // Nothing half-written is kept: the next run downloads again once there is room.
+      await fsp.rm(file, { force: true }).catch(() => {});
+      throw new InsufficientStorageError('The server has no disk space left to download the audio.');
+    }
     if (err instanceof OutboundError && err.code !== 'network_error' && err.code !== 'timeout') {
       throw new PermanentError('AudioFetchError', `Fetching audio_url failed: ${err.message}`);
     }
@@ -127,6 +137,8 @@ export function decodeToPcmFile(
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
       if (code === 0) return resolve();
+      // The work folder's disk is full: the job pauses (it is not the audio's fault).
+      if (saysDiskFull(stderr)) return reject(new InsufficientStorageError());
       const refused = ffmpegRefusal(stderr, signal, killed);
       if (refused)
         return reject(new PermanentError('AudioDecodeError', `The audio could not be decoded: ${refused}`));

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import { InsufficientStorageError, saysDiskFull } from '../disk.js';
 import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from './ffmpeg.js';
 import { faststart, isIsoBmff } from './faststart.js';
 import { PCM_BYTES_PER_SECOND as BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
@@ -232,6 +233,8 @@ function runFfmpeg(
     });
     ff.on('close', (code, signal) => {
       if (code === 0) return finish(undefined);
+      // Our spool's disk, not the client's file: 507 with Retry-After, never `invalid_audio`.
+      if (saysDiskFull(stderr)) return finish(new InsufficientStorageError());
       const refused = ffmpegRefusal(stderr, signal, settled);
       if (refused) return finish(new AudioDecodeError(refused));
       if (code === 127)

@@ -27,6 +27,15 @@ export const DEPENDENCY_RETRY_AFTER_SECONDS = 5;
 /** Retry-After of the embedded proxy's 503 while the realtime process is down. */
 export const REALTIME_RETRY_AFTER_SECONDS = 2;
 
+/**
+ * DISK_FLOOR_MB: below this much free space under DATA_DIR (or the temp
+ * directory) new uploads and jobs are refused 507 before anything is written
+ * and /readyz is 503 (0 = off). Batch and the API read it through here.
+ */
+export function diskFloorBytes(env: Env): number {
+  return int(env, 'DISK_FLOOR_MB', 100, 0) * 1024 * 1024;
+}
+
 export interface PlatformConfig {
   /** Directory for embedded Postgres data, generated secrets and local artifacts. */
   dataDir: string;
@@ -103,6 +112,8 @@ export interface PlatformConfig {
   };
   /** The browser playground at `/` (PLAYGROUND_ENABLED). */
   playgroundEnabled: boolean;
+  /** Free bytes below which new uploads and jobs are refused (DISK_FLOOR_MB; 0 = off). */
+  diskFloorBytes: number;
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -153,6 +164,7 @@ export function platformConfig(env: Env): PlatformConfig {
       realtimeRetryAfterSeconds: REALTIME_RETRY_AFTER_SECONDS,
     },
     playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
+    diskFloorBytes: diskFloorBytes(env),
   };
 }
 

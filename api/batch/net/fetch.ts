@@ -196,6 +196,8 @@ export class OutboundClient {
         lookup: this.guardedLookup(host),
         timeout: opts.connectTimeoutMs ?? this.defaults.connectTimeoutMs ?? OUTBOUND_CONNECT_TIMEOUT_MS,
       });
+      // The sink failing (our disk full) ends the request with its own error; unheard, it would be uncaught.
+      opts.sink?.on('error', fail);
       if (opts.signal) {
         if (opts.signal.aborted) return onAbort();
         opts.signal.addEventListener('abort', onAbort, { once: true });
