@@ -6,15 +6,16 @@
  * that is already 16 kHz mono PCM16 skips ffmpeg entirely.
  */
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
-import path from 'node:path';
 import { Readable } from 'node:stream';
 import { InsufficientStorageError, saysDiskFull } from '../disk.js';
 import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from './ffmpeg.js';
 import { faststart, isIsoBmff } from './faststart.js';
 import { PCM_BYTES_PER_SECOND as BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 import { EnvelopeBuilder } from './slicing.js';
+import { spoolFile } from './spool.js';
+
+export { sweepSpool } from './spool.js';
 
 export { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 
@@ -320,7 +321,7 @@ export async function decodeUpload(
     // Already in memory (the upload is capped in bytes): nothing to spool.
     return inMemory(direct);
   }
-  const file = path.join(opts.spool.dir, `decode-${randomUUID()}.pcm`);
+  const file = spoolFile(opts.spool.dir);
   const remove = () => fs.promises.rm(file, { force: true });
   try {
     await runFfmpeg(Readable.from([isIsoBmff(input) ? faststart(input) : input]), file, {

@@ -20,7 +20,13 @@
  * itself (500).
  */
 import os from 'node:os';
-import { AudioDecodeError, AudioTooLongError, decodeUpload, type DecodedAudio } from '../audio/index.js';
+import {
+  AudioDecodeError,
+  AudioTooLongError,
+  decodeUpload,
+  sweepSpool,
+  type DecodedAudio,
+} from '../audio/index.js';
 import { RESPONSE_FORMATS } from '../stt/formats.js';
 import { normalizeLanguage } from '../stt/language.js';
 import {
@@ -184,4 +190,13 @@ function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
         type: 'invalid_request_error',
       });
   }
+}
+
+/**
+ * At process start: removes decode spool files left in the temp directory by
+ * a process killed mid-decode (shared/audio/spool.ts), logging what it freed.
+ */
+export async function sweepDecodeSpool(log: { info(o: object, msg: string): void }): Promise<void> {
+  const swept = await sweepSpool(os.tmpdir());
+  if (swept.files) log.info(swept, 'removed decode spool files left by a stopped process');
 }
