@@ -155,14 +155,25 @@ export class UtteranceTracker {
     });
     if (drop) return this.throttle(buf.length, drop);
 
-    this.audioBytes += buf.length;
-    const over = audioLimit(
-      this.audioSeconds,
-      limits.maxAudioSecondsPerSession,
-      this.host.remainingWindowSeconds,
-    );
-    if (over) return this.host.end(over);
+    // Only audio inside the budget is taken, billed and transcribed: the frame that crosses it is cut
+    // at the budget (its head goes to the VAD like any audio), and the session then ends.
+    const budget = Math.min(limits.maxAudioSecondsPerSession, this.host.remainingWindowSeconds);
+    const billedBytes = this.audioBytes - this.unbilledBytes;
+    let room = Math.max(0, Math.floor(budget * PCM_BYTES_PER_SECOND) - billedBytes);
+    room -= room % 2;
+    const over =
+      buf.length > room
+        ? audioLimit(Infinity, limits.maxAudioSecondsPerSession, this.host.remainingWindowSeconds)
+        : undefined;
+    const taken = over ? buf.subarray(0, room) : buf;
+    this.audioBytes += taken.length;
+    if (taken.length > 0) this.take(taken);
+    if (over) this.host.end(over);
+  }
 
+  /** Audio inside the budget: to the lead-in and the VAD (opened with the first of it). */
+  private take(buf: Buffer): void {
+    const cfg = this.deps.config;
     if (!this.vad) {
       const settings = this.host.settings;
       this.leadIn = new LeadIn({
