@@ -14,7 +14,10 @@ import { apiRoutes } from './routes/index.js';
 import { ADMIN_PREFIX } from './routes/admin/index.js';
 
 export function createApp(deps: AppDeps): Koa {
-  const app = new Koa({ proxy: deps.config.http.trustProxy });
+  // Behind TRUST_PROXY proxies, ctx.ip is the X-Forwarded-For entry that many hops from the right (what
+  // our own proxies appended), never the client-supplied left part (issue 36).
+  const hops = deps.config.http.trustProxy;
+  const app = new Koa({ proxy: hops > 0, maxIpsCount: hops });
   app.silent = true; // errors are logged by errorHandler, never printed raw
   const router = new Router();
   registerRoutes(router, apiRoutes(deps));
