@@ -126,6 +126,8 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
   // whose credential is still being checked do not (made-up keys took real tenants' places, issue 36):
   // they are bounded on their own, per instance and per client address.
   let admitting = 0;
+  /** Authenticated upgrades not yet sessions, by owner (they count toward the owner's share). */
+  const admittingByOwner = new Map<string, number>();
   let authenticating = 0;
   const authenticatingBySource = new Map<string, number>();
   const leaveAuthenticating = (source: string) => {
@@ -141,6 +143,21 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
     let queued = 0;
     for (const s of sessions) queued += s.inFlight.utterances;
     return queued >= maxQueuedUtterances;
+  };
+
+  // One owner holds at most its share of the instance (REALTIME_OWNER_SHARE), so that one tenant's
+  // many connections cannot take every place while another tenant's are refused (issue 41).
+  const ownerCap = () => {
+    const { maxSessions, ownerSharePercent } = rt.overload;
+    if (maxSessions <= 0 || ownerSharePercent >= 100) return Infinity;
+    return Math.max(1, Math.floor((maxSessions * ownerSharePercent) / 100));
+  };
+  const overOwnerShare = (ownerId: string) => {
+    const cap = ownerCap();
+    if (cap === Infinity) return false;
+    let held = admittingByOwner.get(ownerId) ?? 0;
+    for (const s of sessions) if (s.principal.ownerId === ownerId && !s.isClosed) held++;
+    return held >= cap;
   };
 
   return (dialect = 'native') =>
@@ -220,7 +237,8 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
 
       authenticating++;
       authenticatingBySource.set(source, (authenticatingBySource.get(source) ?? 0) + 1);
-      let counted = false;
+      /** The owner whose place this upgrade holds once authenticated (released when it is a session or refused). */
+      let counted: string | undefined;
       void (async () => {
         let auth: AuthResult;
         try {
@@ -246,9 +264,19 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
             'retry-after': String(rt.overload.retryAfterSeconds),
           });
         }
-        admitting++;
-        counted = true;
         const principal = auth.principal;
+        const owner = principal.ownerId;
+        if (overOwnerShare(owner)) {
+          return refuse(
+            503,
+            'upstream_unavailable',
+            "This realtime instance holds its share of this tenant's sessions; retry later.",
+            { 'retry-after': String(rt.overload.retryAfterSeconds) },
+          );
+        }
+        admitting++;
+        admittingByOwner.set(owner, (admittingByOwner.get(owner) ?? 0) + 1);
+        counted = owner;
         const sessionId = newSessionId();
         const admitted = await quota.admit(principal.keyId, principal.limits, sessionId);
         if (!admitted.ok) {
@@ -301,7 +329,11 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
         })
         .finally(() => {
-          if (counted) admitting--;
+          if (counted === undefined) return;
+          admitting--;
+          const n = (admittingByOwner.get(counted) ?? 1) - 1;
+          if (n > 0) admittingByOwner.set(counted, n);
+          else admittingByOwner.delete(counted);
         });
     };
 }

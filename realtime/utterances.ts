@@ -28,7 +28,7 @@ import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
 import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
 import {
-  audioLimit,
+  budgetRoom,
   dropReason,
   THROTTLE_EVENT_INTERVAL_MS,
   type CloseKind,
@@ -155,26 +155,12 @@ export class UtteranceTracker {
     });
     if (drop) return this.throttle(buf.length, drop);
 
-    // Only audio inside the budget is taken, billed and transcribed: the frame that crosses it is cut
-    // at the budget (its head goes to the VAD like any audio), and the session then ends.
-    const budget = Math.min(limits.maxAudioSecondsPerSession, this.host.remainingWindowSeconds);
-    const billedBytes = this.audioBytes - this.unbilledBytes;
-    let room = Math.max(0, Math.floor(budget * PCM_BYTES_PER_SECOND) - billedBytes);
-    room -= room % 2;
-    const over =
-      buf.length > room
-        ? audioLimit(Infinity, limits.maxAudioSecondsPerSession, this.host.remainingWindowSeconds)
-        : undefined;
-    const taken = over ? buf.subarray(0, room) : buf;
-    this.audioBytes += taken.length;
-    if (taken.length > 0) this.take(taken);
-    if (over) this.host.end(over);
-  }
-
-  /** Audio inside the budget: to the lead-in and the VAD (opened with the first of it). */
-  private take(buf: Buffer): void {
-    const cfg = this.deps.config;
-    if (!this.vad) {
+    // The frame that crosses the budget is cut at it: its head is taken (billed, transcribed), then the session ends.
+    const rest = this.host.remainingWindowSeconds;
+    const { room, over } = budgetRoom(buf.length, this.audioBytes - this.unbilledBytes, limits, rest);
+    if (over) buf = buf.subarray(0, room);
+    this.audioBytes += buf.length;
+    if (buf.length > 0 && !this.vad) {
       const settings = this.host.settings;
       this.leadIn = new LeadIn({
         gateDbfs: cfg.vad.gateDbfs,
@@ -187,8 +173,9 @@ export class UtteranceTracker {
         streamAudio: this.speech !== null,
       });
     }
-    const heard = this.leadIn!.push(buf);
-    if (heard.length > 0) this.vad.push(heard);
+    const heard = buf.length > 0 ? this.leadIn!.push(buf) : buf;
+    if (heard.length > 0) this.vad!.push(heard);
+    if (over) this.host.end(over);
   }
 
   /** A position the VAD reports (ms from its first sample) as a sample of the session's audio. */

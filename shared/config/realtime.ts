@@ -123,6 +123,11 @@ export interface RealtimeConfig {
      */
     maxAuthenticating: number;
     maxAuthenticatingPerSource: number;
+    /**
+     * Percent of `maxSessions` one owner (tenant) may hold on an instance (REALTIME_OWNER_SHARE,
+     * issue 41): the rest stays for other tenants. 100 = off.
+     */
+    ownerSharePercent: number;
   };
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
   requireNativeUws: boolean;
@@ -213,6 +218,7 @@ export function realtimeConfig(env: Env): RealtimeConfig {
       retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
       maxAuthenticating: MAX_AUTHENTICATING,
       maxAuthenticatingPerSource: MAX_AUTHENTICATING_PER_SOURCE,
+      ownerSharePercent: int(env, 'REALTIME_OWNER_SHARE', 80, 1, 100),
     },
     breaker: { failureThreshold: BREAKER_FAILURES, openMs: BREAKER_OPEN_MS },
     transcribeTimeoutMs: int(env, 'REALTIME_TRANSCRIBE_TIMEOUT_MS', 30_000, 100),
