@@ -22,7 +22,14 @@ import {
 import type { BatchTestApp, FileServer } from '../batch/helpers.js';
 import { execFileSync } from 'node:child_process';
 import { leaks } from './cluster.js';
-import { dashManifest, hlsPlaylist, mp4DeepNesting, mp4LyingChunkCount, mp4SampleBomb } from './media.js';
+import {
+  dashManifest,
+  hlsPlaylist,
+  mp4DeepNesting,
+  mp4LyingChunkCount,
+  mp4SampleBomb,
+  trackerModule,
+} from './media.js';
 
 const MiB = 1024 * 1024;
 
@@ -91,6 +98,7 @@ describe('faults: what ffmpeg may read and spend', function () {
     fs.writeFileSync(path.join(dir, 'hls-ts.bin'), hlsPlaylist(path.join(secrets, 'secret.ts')));
     fs.writeFileSync(path.join(dir, 'dash.bin'), dashManifest(path.join(secrets, 'secret.m4a')));
     fs.writeFileSync(path.join(dir, 'bomb.m4a'), mp4SampleBomb(dir));
+    fs.writeFileSync(path.join(dir, 'tune.bin'), trackerModule());
     files = await startFileServer(dir);
     t = await createBatchTestApp({}, { start: true });
     key = (await issueKey(t, { plan: 'pro' })).key;
@@ -131,6 +139,12 @@ describe('faults: what ffmpeg may read and spend', function () {
       expect(leaks(done.text)).to.deep.equal([]);
     });
   }
+
+  it('a batch audio_url serving a tracker module (synthesized audio): errored before any decoding', async () => {
+    const done = await runJob(`${files.url}/tune.bin`);
+    expect(done.body.status, done.text).to.equal('errored');
+    expect(done.body.error.message).to.include('container (libopenmpt)');
+  });
 
   const upload = (file: Buffer, name: string) =>
     request(t.server)

@@ -108,3 +108,29 @@ export function mp4DeepNesting(depth = 100_000): Buffer {
   }
   return Buffer.concat([ftyp, box('mdat', Buffer.alloc(16)), box('moov', nested)]);
 }
+
+/**
+ * A 4-channel ProTracker module (about 3 KB): one pattern playing a looped
+ * square-wave sample. ffmpeg synthesizes audio from it (libopenmpt) for as
+ * long as the song says, whatever the file's size.
+ */
+export function trackerModule(): Buffer {
+  const head = Buffer.alloc(1084);
+  head.write('loop', 0, 'latin1');
+  const s = 20; // sample 1
+  head.write('square', s, 'latin1');
+  head.writeUInt16BE(500, s + 22); // length in words
+  head.writeUInt8(64, s + 25); // volume
+  head.writeUInt16BE(0, s + 26); // loop start
+  head.writeUInt16BE(500, s + 28); // loop length
+  head.writeUInt8(1, 950); // song length: one position
+  head.write('M.K.', 1080, 'latin1');
+  const pattern = Buffer.alloc(1024);
+  // Row 0, channel 0: sample 1 at period 428 (C-2).
+  pattern.writeUInt8(0x01, 0);
+  pattern.writeUInt8(0xac, 1);
+  pattern.writeUInt8(0x10, 2);
+  const sample = Buffer.alloc(1000);
+  for (let i = 0; i < sample.length; i++) sample[i] = i % 40 < 20 ? 0x60 : 0xa0;
+  return Buffer.concat([head, pattern, sample]);
+}
