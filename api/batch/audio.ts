@@ -28,6 +28,8 @@ export async function fetchAudio(
     timeoutMs: number;
     minRate?: { bytes: number; windowMs: number };
     signal?: AbortSignal;
+    /** Free space for the download (beyond the disk floor): a larger declared body is not fetched. */
+    roomBytes?: number;
   },
 ): Promise<FetchedAudio> {
   const started = Date.now();
@@ -41,6 +43,7 @@ export async function fetchAudio(
       timeoutMs: opts.timeoutMs,
       minRate: opts.minRate,
       sink,
+      sinkRoomBytes: opts.roomBytes,
       signal: opts.signal,
     });
     sink.end();
@@ -64,7 +67,9 @@ export async function fetchAudio(
     if (isDiskFull(err)) {
       // Nothing half-written is kept: the next run downloads again once there is room.
       await fsp.rm(file, { force: true }).catch(() => {});
-      throw new InsufficientStorageError('The server has no disk space left to download the audio.');
+      throw err instanceof InsufficientStorageError
+        ? err
+        : new InsufficientStorageError('The server has no disk space left to download the audio.');
     }
     if (err instanceof OutboundError && err.code !== 'network_error' && err.code !== 'timeout') {
       throw new PermanentError('AudioFetchError', `Fetching audio_url failed: ${err.message}`);

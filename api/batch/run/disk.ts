@@ -7,6 +7,7 @@
  * go on at once when space returns.
  */
 import type { BatchConfig } from '../../../shared/config/batch.js';
+import { statfs } from 'node:fs/promises';
 import { DiskFloor, InsufficientStorageError } from '../../../shared/disk.js';
 
 const floors = new Map<string, DiskFloor>();
@@ -19,6 +20,16 @@ function floorOf(config: BatchConfig): DiskFloor {
   let floor = floors.get(id);
   if (!floor) floors.set(id, (floor = new DiskFloor(dirs, config.diskFloorBytes)));
   return floor;
+}
+
+/** Free bytes in `dir` beyond the disk floor (undefined when they cannot be known). */
+export async function roomIn(dir: string, floorBytes: number): Promise<number | undefined> {
+  try {
+    const s = await statfs(dir);
+    return Math.max(0, s.bavail * s.bsize - floorBytes);
+  } catch {
+    return undefined;
+  }
 }
 
 export async function waitForDiskRoom(config: BatchConfig, signal: AbortSignal): Promise<void> {

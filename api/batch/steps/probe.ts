@@ -10,7 +10,7 @@ import { decodeToPcmFile, fetchAudio } from '../audio.js';
 import { PermanentError } from '../errors.js';
 import { round3 } from '../numbers.js';
 import type { RunContext } from '../run/context.js';
-import { waitForDiskRoom } from '../run/disk.js';
+import { roomIn, waitForDiskRoom } from '../run/disk.js';
 import { energyEnvelopeOfFile, SAMPLE_RATE } from '../../../shared/audio/slicing.js';
 
 export interface ProbeOutput {
@@ -39,6 +39,7 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
     timeoutMs: config.fetchTimeoutMs,
     minRate: config.fetchMinRate,
     signal,
+    roomBytes: await roomIn(workDir, config.diskFloorBytes),
   });
   const pcmFile = pcmFileOf(workDir);
   const t0 = Date.now();
