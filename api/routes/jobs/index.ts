@@ -121,6 +121,10 @@ const SUBMIT_RESPONSES = {
   },
   '401': { description: 'Authentication failed.', schema: componentRef('BatchError') },
   '429': tooManyRequests('Request rate limit exceeded.', componentRef('BatchError')),
+  '507': {
+    description: '`insufficient_storage`: the server is below its disk floor (DISK_FLOOR_MB); `Retry-After`.',
+    schema: componentRef('BatchError'),
+  },
 };
 
 function pollDoc(operationId: string, deprecated: boolean): OperationDoc {
