@@ -37,6 +37,7 @@ import {
   type TranscribeResult,
 } from '../stt/types.js';
 import { HttpRefusal } from '../http/refusal.js';
+import { DISK_RETRY_AFTER_SECONDS, InsufficientStorageError, isDiskFull } from '../disk.js';
 import { Semaphore } from '../semaphore.js';
 import { transcribePieces } from './long.js';
 
@@ -155,6 +156,18 @@ export async function transcribeClip(
 /** The one mapping of decoder and engine failures; undefined for anything else (passed on as it is). */
 function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
   if (err instanceof AudioTooLongError) return new HttpRefusal(400, 'audio_too_long', p.tooLong);
+  // Our spool's disk is full: not the client's file. An engine worker answers 503 (its gateway then
+  // tries another worker), the API 507.
+  if (isDiskFull(err))
+    return new HttpRefusal(
+      p.failure === 'worker' ? 503 : 507,
+      'insufficient_storage',
+      new InsufficientStorageError().message,
+      {
+        retryable: true,
+        headers: { 'Retry-After': String(DISK_RETRY_AFTER_SECONDS) },
+      },
+    );
   if (err instanceof AudioDecodeError) {
     if (err.code === 'invalid_audio') return new HttpRefusal(400, 'invalid_audio', err.message);
     return new HttpRefusal(503, 'decoder_unavailable', err.message, {
