@@ -34,8 +34,8 @@ export const FFMPEG_INPUT_FORMATS = [
 /** Data segment (heap and private mappings) of one ffmpeg child. */
 export const FFMPEG_MAX_DATA_BYTES = 256 * 1024 * 1024;
 /** CPU seconds every decode may use, plus FFMPEG_CPU_SECONDS_PER_MB per MiB of input. */
-export const FFMPEG_BASE_CPU_SECONDS = 5;
-export const FFMPEG_CPU_SECONDS_PER_MB = 10;
+export const FFMPEG_BASE_CPU_SECONDS = 2;
+export const FFMPEG_CPU_SECONDS_PER_MB = 3;
 
 /** Input options: before `-i`. `pipe` for stdin, `file` for a file on disk. */
 export function ffmpegInputArgs(protocol: 'pipe' | 'file'): string[] {
