@@ -55,31 +55,22 @@ export async function adoptUnbilledChunks(
     ...new Set(ordered.map((c) => c.workflow_id).filter((w): w is string => !!w && w !== workflowId)),
   ];
   if (others.length === 0) return ordered;
-  const billed = new Set(
-    (
-      await db('usage_events')
-        .where({ plane: 'batch' })
-        .whereIn('ref_id', others)
-        .select<{ ref_id: string }[]>('ref_id')
-    ).map((r) => r.ref_id),
-  );
-  const active = new Set(
+  // Adopted: chunks of a workflow that ended without a bill (errored, terminated). A completed one was
+  // billed (its bill may still be in the ledger's spool, so its status decides, not the table alone).
+  const unbilled = new Set(
     (
       await db('batch_workflows')
         .whereIn('id', others)
-        .whereIn('status', ['queued', 'running'])
+        .whereIn('status', ['errored', 'terminated'])
+        .whereNotExists(
+          db('usage_events').where({ plane: 'batch' }).whereRaw('usage_events.ref_id = batch_workflows.id'),
+        )
         .select<{ id: string }[]>('id')
     ).map((r) => r.id),
   );
   return Promise.all(
     ordered.map(async (c) => {
-      if (
-        !c.workflow_id ||
-        c.workflow_id === workflowId ||
-        billed.has(c.workflow_id) ||
-        active.has(c.workflow_id)
-      )
-        return c;
+      if (!c.workflow_id || !unbilled.has(c.workflow_id)) return c;
       const adopted = { ...c, workflow_id: workflowId };
       await store.putJson(keys.chunk(c.index), adopted);
       return adopted;
