@@ -19,6 +19,8 @@ import { OutboundClient } from './batch/net/index.js';
 import { BatchRuntime } from './batch/runtime.js';
 import type { RunnerHooks } from './batch/workflow.js';
 import { type ReadinessCheck, realtimeReadiness } from './http/readiness.js';
+import os from 'node:os';
+import { DiskFloor } from '../shared/disk.js';
 
 export type { ReadinessCheck };
 
@@ -55,6 +57,8 @@ export interface AppDeps extends Omit<Platform, 'close'> {
   readonly intake: Intake;
   /** Every check of /readyz, in the order its `checks` object lists them. */
   readonly readiness: readonly ReadinessCheck[];
+  /** Free space of the data and temp directories against DISK_FLOOR_MB. */
+  readonly diskFloor: DiskFloor;
 }
 
 /** What tests and benchmarks may replace or add; everything else comes from the config. */
@@ -82,12 +86,16 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
   });
   const intake = new Intake();
   const readyUrls = config.realtime.readyUrls;
+  const diskFloor = new DiskFloor([config.dataDir, os.tmpdir()], config.diskFloorBytes);
   const readiness: ReadinessCheck[] = [
     { name: 'database', check: () => pingDb(db) },
     ...(limits.kind === 'redis' ? [{ name: 'redis', check: () => limits.ping() }] : []),
     ...(readyUrls.length ? [{ name: 'realtime', check: realtimeReadiness(readyUrls) }] : []),
     { name: 'speech', check: () => speech.healthy() },
     { name: 'accepting', check: () => Promise.resolve(intake.accepting) },
+    ...(config.diskFloorBytes > 0
+      ? [{ name: 'disk', check: async () => (await diskFloor.below()) === undefined }]
+      : []),
     ...(opts.readiness ?? []),
   ];
   return {
@@ -105,6 +113,7 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
     realtimeUpstream: realtimeUpstream(config),
     intake,
     readiness,
+    diskFloor,
   };
 }
 

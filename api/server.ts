@@ -15,6 +15,7 @@ import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';
 import { HTTP_TIMEOUT_CHECK_MS } from '../shared/config/platform.js';
+import { sweepDecodeSpool } from '../shared/transcribe/clip.js';
 
 export interface RunningApi {
   deps: AppDeps;
@@ -41,6 +42,7 @@ export async function startApi(
     if (applied.length) logger.info({ applied }, 'database migrated');
   }
   await assertKeyPlansKnown(deps);
+  await sweepDecodeSpool(logger);
   const app = createApp(deps);
   await deps.batch.start({ workers: config.batch.workersEnabled });
   const handle = app.callback();

@@ -13,9 +13,11 @@ import type { Logger } from '../shared/logger.js';
 import { runProcess, type Stoppable } from '../shared/process/runner.js';
 import { BuiltinEngine } from '../shared/stt/builtin.js';
 import { createEngineApp, ENGINE_SERVICE } from './app.js';
+import { sweepDecodeSpool } from '../shared/transcribe/clip.js';
 
 /** Loads the decoders and listens; its stop lets requests in flight get their answer, then unloads them. */
 export async function startEngine(config: Config, logger: Logger): Promise<Stoppable & { port: number }> {
+  await sweepDecodeSpool(logger);
   const engine = new BuiltinEngine(config.speech.builtin, logger);
   let stopping = false;
   const app = createEngineApp({

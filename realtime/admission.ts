@@ -23,6 +23,7 @@ import type { CircuitBreaker } from './breaker.js';
 import type { ConnectionQuota } from './quota.js';
 import { newRequestId, newSessionId, type RealtimeSession } from './session.js';
 import { errorBody, writeJson } from './reply.js';
+import { clientAddress } from '../shared/http/clientAddress.js';
 import type { OpenAIConnect } from './openai.js';
 
 /** What an admitted upgrade hands to its WebSocket (uWS user data). */
@@ -108,6 +109,8 @@ export interface AdmissionDeps {
   sessions: ReadonlySet<RealtimeSession>;
   /** False once the instance stops serving (shutdown, VAD failure). */
   serving: () => boolean;
+  /** TRUST_PROXY: proxies in front that append to X-Forwarded-For (the client address for pre-auth bounds). */
+  proxyHops: number;
   log: Logger;
 }
 
@@ -119,8 +122,20 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
   const windowBudget = new UsageBudget(deps.db, deps.usageWindowSeconds);
 
   // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
-  // Upgrades between this check and their session's start count as sessions.
+  // Authenticated upgrades between their check and their session's start count as sessions; upgrades
+  // whose credential is still being checked do not (made-up keys took real tenants' places, issue 36):
+  // they are bounded on their own, per instance and per client address.
   let admitting = 0;
+  /** Authenticated upgrades not yet sessions, by owner (they count toward the owner's share). */
+  const admittingByOwner = new Map<string, number>();
+  let authenticating = 0;
+  const authenticatingBySource = new Map<string, number>();
+  const leaveAuthenticating = (source: string) => {
+    authenticating--;
+    const n = (authenticatingBySource.get(source) ?? 1) - 1;
+    if (n > 0) authenticatingBySource.set(source, n);
+    else authenticatingBySource.delete(source);
+  };
   const atCapacity = () => {
     const { maxSessions, maxQueuedUtterances } = rt.overload;
     if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
@@ -128,6 +143,21 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
     let queued = 0;
     for (const s of sessions) queued += s.inFlight.utterances;
     return queued >= maxQueuedUtterances;
+  };
+
+  // One owner holds at most its share of the instance (REALTIME_OWNER_SHARE), so that one tenant's
+  // many connections cannot take every place while another tenant's are refused (issue 41).
+  const ownerCap = () => {
+    const { maxSessions, ownerSharePercent } = rt.overload;
+    if (maxSessions <= 0 || ownerSharePercent >= 100) return Infinity;
+    return Math.max(1, Math.floor((maxSessions * ownerSharePercent) / 100));
+  };
+  const overOwnerShare = (ownerId: string) => {
+    const cap = ownerCap();
+    if (cap === Infinity) return false;
+    let held = admittingByOwner.get(ownerId) ?? 0;
+    for (const s of sessions) if (s.principal.ownerId === ownerId && !s.isClosed) held++;
+    return held >= cap;
   };
 
   return (dialect = 'native') =>
@@ -145,6 +175,11 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
       const secExtensions = req.getHeader('sec-websocket-extensions');
       const authorization = req.getHeader('authorization');
       const query = req.getQuery() ?? '';
+      const source = clientAddress(
+        req.getHeader('x-forwarded-for'),
+        Buffer.from(res.getRemoteAddressAsText()).toString(),
+        deps.proxyHops,
+      );
       let aborted = false;
       res.onAborted(() => {
         aborted = true;
@@ -183,14 +218,35 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
         ? openaiCredential(authorization, query, offeredProtocols)
         : realtimeCredential(authorization, query);
       if (cred.failure) return refuse(cred.failure.status, cred.failure.code, cred.failure.message);
+      const { maxAuthenticating, maxAuthenticatingPerSource } = rt.overload;
+      if ((authenticatingBySource.get(source) ?? 0) >= maxAuthenticatingPerSource) {
+        return refuse(
+          429,
+          'rate_limit_exceeded',
+          'Too many upgrades from this address at once; retry later.',
+          {
+            'retry-after': '1',
+          },
+        );
+      }
+      if (authenticating >= maxAuthenticating) {
+        return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+          'retry-after': String(rt.overload.retryAfterSeconds),
+        });
+      }
 
-      admitting++;
+      authenticating++;
+      authenticatingBySource.set(source, (authenticatingBySource.get(source) ?? 0) + 1);
+      /** The owner whose place this upgrade holds once authenticated (released when it is a session or refused). */
+      let counted: string | undefined;
       void (async () => {
         let auth: AuthResult;
         try {
           auth = await deps.auth.authenticate(cred.token!);
         } catch {
           auth = authFailure('auth_unavailable');
+        } finally {
+          leaveAuthenticating(source);
         }
         // A dependency refusal (the key store unreachable) says when to retry, as the API's does.
         if (!auth.ok)
@@ -201,7 +257,26 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
             auth.status === 503 ? { 'retry-after': '2' } : undefined,
           );
         if (aborted) return;
+        // Authenticated: from here the upgrade holds a session's place (checked again: others may
+        // have been admitted while this one was being authenticated).
+        if (atCapacity()) {
+          return refuse(503, 'upstream_unavailable', 'This realtime instance is at capacity; retry later.', {
+            'retry-after': String(rt.overload.retryAfterSeconds),
+          });
+        }
         const principal = auth.principal;
+        const owner = principal.ownerId;
+        if (overOwnerShare(owner)) {
+          return refuse(
+            503,
+            'upstream_unavailable',
+            "This realtime instance holds its share of this tenant's sessions; retry later.",
+            { 'retry-after': String(rt.overload.retryAfterSeconds) },
+          );
+        }
+        admitting++;
+        admittingByOwner.set(owner, (admittingByOwner.get(owner) ?? 0) + 1);
+        counted = owner;
         const sessionId = newSessionId();
         const admitted = await quota.admit(principal.keyId, principal.limits, sessionId);
         if (!admitted.ok) {
@@ -253,6 +328,12 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           log.error({ err }, 'realtime upgrade failed');
           refuse(503, 'upstream_unavailable', 'Upgrade failed; retry later.', { 'retry-after': '1' });
         })
-        .finally(() => admitting--);
+        .finally(() => {
+          if (counted === undefined) return;
+          admitting--;
+          const n = (admittingByOwner.get(counted) ?? 1) - 1;
+          if (n > 0) admittingByOwner.set(counted, n);
+          else admittingByOwner.delete(counted);
+        });
     };
 }

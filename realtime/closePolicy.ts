@@ -7,6 +7,7 @@
  * awaited, bounded by closeDrainMs), every other close is final at once.
  */
 import type { PlanLimits } from '../shared/plans.js';
+import { PCM_BYTES_PER_SECOND } from '../shared/audio/pcm.js';
 
 export const CLOSE = {
   normal: [1000, ''],
@@ -60,6 +61,23 @@ export function audioLimit(
 ): CloseKind | undefined {
   if (audioSeconds <= Math.min(perSession, remainingWindowSeconds)) return undefined;
   return remainingWindowSeconds < perSession ? 'quotaExhausted' : 'sessionAudio';
+}
+
+/**
+ * How many of `bytes` new bytes of audio fit the smaller of the session's and the window's budget
+ * (an even count: whole samples), `billedBytes` taken so far; `over` is the close when not all fit.
+ */
+export function budgetRoom(
+  bytes: number,
+  billedBytes: number,
+  limits: Pick<PlanLimits, 'maxAudioSecondsPerSession'>,
+  remainingWindowSeconds: number,
+): { room: number; over: CloseKind | undefined } {
+  const perSession = limits.maxAudioSecondsPerSession;
+  const budget = Math.floor(Math.min(perSession, remainingWindowSeconds) * PCM_BYTES_PER_SECOND);
+  const left = Math.max(0, budget - billedBytes);
+  const room = left - (left % 2);
+  return { room, over: bytes > room ? audioLimit(Infinity, perSession, remainingWindowSeconds) : undefined };
 }
 
 /**

@@ -207,7 +207,12 @@ export class OpenAIProtocol implements SessionProtocol {
     if (transcription !== undefined && transcription !== null) {
       if (!isObject(transcription))
         return invalid('invalid_session_update', 'transcription must be an object.');
-      if (transcription.model !== undefined) choices.model = transcription.model as string | null;
+      if (transcription.model !== undefined) {
+        // Values are checked, never converted: `{"toString": null}` cannot become a string.
+        if (transcription.model !== null && typeof transcription.model !== 'string')
+          return invalid('invalid_session_update', 'transcription.model must be a string or null.');
+        choices.model = transcription.model;
+      }
       // '' is OpenAI's "not set": detection.
       if (transcription.language !== undefined) native.language = transcription.language || 'auto';
       if (transcription.prompt !== undefined) native.prompt = transcription.prompt;
@@ -226,8 +231,17 @@ export class OpenAIProtocol implements SessionProtocol {
         if (turn.prefix_padding_ms !== undefined) native.vad_prefix_ms = turn.prefix_padding_ms;
       }
     }
-    if (noise !== undefined) choices.noiseReduction = isObject(noise) ? { type: String(noise.type) } : null;
-    if (Array.isArray(session.include)) choices.include = session.include.map(String);
+    if (noise !== undefined) {
+      if (noise !== null && !(isObject(noise) && typeof noise.type === 'string'))
+        return invalid('invalid_session_update', 'noise_reduction must be null or {type: string}.');
+      choices.noiseReduction = noise === null ? null : { type: noise.type as string };
+    }
+    if (session.include !== undefined) {
+      const include = session.include ?? [];
+      if (!Array.isArray(include) || !include.every((v): v is string => typeof v === 'string'))
+        return invalid('invalid_session_update', 'include must be an array of strings.');
+      choices.include = include;
+    }
     this.proposed = { choices, form };
     return { kind: 'update', msg: native };
   }

@@ -120,6 +120,7 @@ export async function startRealtime(
     quota,
     sessions,
     serving,
+    proxyHops: deps.config.http.trustProxy,
     log,
   });
   const wsRoute = (dialect: Dialect): WebSocketBehavior<SocketData> => ({

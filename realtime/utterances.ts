@@ -28,7 +28,7 @@ import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
 import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
 import {
-  audioLimit,
+  budgetRoom,
   dropReason,
   THROTTLE_EVENT_INTERVAL_MS,
   type CloseKind,
@@ -155,15 +155,12 @@ export class UtteranceTracker {
     });
     if (drop) return this.throttle(buf.length, drop);
 
+    // The frame that crosses the budget is cut at it: its head is taken (billed, transcribed), then the session ends.
+    const rest = this.host.remainingWindowSeconds;
+    const { room, over } = budgetRoom(buf.length, this.audioBytes - this.unbilledBytes, limits, rest);
+    if (over) buf = buf.subarray(0, room);
     this.audioBytes += buf.length;
-    const over = audioLimit(
-      this.audioSeconds,
-      limits.maxAudioSecondsPerSession,
-      this.host.remainingWindowSeconds,
-    );
-    if (over) return this.host.end(over);
-
-    if (!this.vad) {
+    if (buf.length > 0 && !this.vad) {
       const settings = this.host.settings;
       this.leadIn = new LeadIn({
         gateDbfs: cfg.vad.gateDbfs,
@@ -176,8 +173,9 @@ export class UtteranceTracker {
         streamAudio: this.speech !== null,
       });
     }
-    const heard = this.leadIn!.push(buf);
-    if (heard.length > 0) this.vad.push(heard);
+    const heard = buf.length > 0 ? this.leadIn!.push(buf) : buf;
+    if (heard.length > 0) this.vad!.push(heard);
+    if (over) this.host.end(over);
   }
 
   /** A position the VAD reports (ms from its first sample) as a sample of the session's audio. */

@@ -4,8 +4,10 @@
  * raw 16 kHz mono PCM16 file that chunks are read from by byte range.
  */
 import { spawn } from 'node:child_process';
-import { createWriteStream, promises as fsp } from 'node:fs';
+import { createWriteStream, promises as fsp, statSync } from 'node:fs';
 import { finished } from 'node:stream/promises';
+import { InsufficientStorageError, isDiskFull, saysDiskFull } from '../../shared/disk.js';
+import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from '../../shared/audio/ffmpeg.js';
 import { OutboundClient, OutboundError } from './net/index.js';
 import { PermanentError, withoutPaths } from './errors.js';
 
@@ -26,16 +28,22 @@ export async function fetchAudio(
     timeoutMs: number;
     minRate?: { bytes: number; windowMs: number };
     signal?: AbortSignal;
+    /** Free space for the download (beyond the disk floor): a larger declared body is not fetched. */
+    roomBytes?: number;
   },
 ): Promise<FetchedAudio> {
   const started = Date.now();
   const sink = createWriteStream(file);
+  // A failed write (ENOSPC) must reach this call, never the process as an unhandled 'error'.
+  let sinkError: Error | undefined;
+  sink.on('error', (err) => (sinkError ??= err));
   try {
     const res = await client.request(url, {
       maxBytes: opts.maxBytes,
       timeoutMs: opts.timeoutMs,
       minRate: opts.minRate,
       sink,
+      sinkRoomBytes: opts.roomBytes,
       signal: opts.signal,
     });
     sink.end();
@@ -53,8 +61,16 @@ export async function fetchAudio(
       finalUrl: res.url,
       ms: Date.now() - started,
     };
-  } catch (err) {
+  } catch (caught) {
     sink.destroy();
+    const err = sinkError ?? caught;
+    if (isDiskFull(err)) {
+      // Nothing half-written is kept: the next run downloads again once there is room.
+      await fsp.rm(file, { force: true }).catch(() => {});
+      throw err instanceof InsufficientStorageError
+        ? err
+        : new InsufficientStorageError('The server has no disk space left to download the audio.');
+    }
     if (err instanceof OutboundError && err.code !== 'network_error' && err.code !== 'timeout') {
       throw new PermanentError('AudioFetchError', `Fetching audio_url failed: ${err.message}`);
     }
@@ -69,7 +85,13 @@ export function decodeToPcmFile(
   opts: { ffmpegPath: string; timeoutMs: number; maxSeconds: number; signal?: AbortSignal },
 ): Promise<void> {
   return new Promise((resolve, reject) => {
-    const ff = spawn(
+    let inputBytes = 0;
+    try {
+      inputBytes = statSync(input).size;
+    } catch {
+      // ffmpeg reports the missing file itself
+    }
+    const cmd = boundedFfmpeg(
       opts.ffmpegPath,
       [
         '-hide_banner',
@@ -78,6 +100,8 @@ export function decodeToPcmFile(
         '-loglevel',
         'error',
         '-y',
+        // Only this file, only audio containers: a playlist cannot make ffmpeg read another file or a URL.
+        ...ffmpegInputArgs('file'),
         '-i',
         input,
         '-vn',
@@ -95,14 +119,20 @@ export function decodeToPcmFile(
         's16le',
         output,
       ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
+      inputBytes,
     );
+    const ff = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let killed = false;
+    const kill = () => {
+      killed = true;
+      ff.kill('SIGKILL');
+    };
     let stderr = '';
     ff.stderr.on('data', (d: Buffer) => {
       if (stderr.length < 4000) stderr += d.toString();
     });
-    const timer = setTimeout(() => ff.kill('SIGKILL'), opts.timeoutMs);
-    const onAbort = () => ff.kill('SIGKILL');
+    const timer = setTimeout(kill, opts.timeoutMs);
+    const onAbort = kill;
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     ff.on('error', (err) => {
       clearTimeout(timer);
@@ -112,6 +142,12 @@ export function decodeToPcmFile(
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
       if (code === 0) return resolve();
+      // The work folder's disk is full: the job pauses (it is not the audio's fault).
+      if (saysDiskFull(stderr)) return reject(new InsufficientStorageError());
+      const refused = ffmpegRefusal(stderr, signal, killed);
+      if (refused)
+        return reject(new PermanentError('AudioDecodeError', `The audio could not be decoded: ${refused}`));
+      if (code === 127) return reject(new Error('ffmpeg could not start.'));
       if (signal) return reject(new Error(`ffmpeg was stopped (${signal}).`));
       reject(
         new PermanentError(

@@ -10,7 +10,7 @@ import { promises as fsp } from 'node:fs';
 import { round3 } from './numbers.js';
 import type { RemoteReviewer } from './review/llm.js';
 import { runStep } from './run/attempts.js';
-import { loadCheckpoints } from './run/checkpoints.js';
+import { adoptUnbilledChunks, loadCheckpoints } from './run/checkpoints.js';
 import type { RunContext } from './run/context.js';
 import type { SlicePlan } from '../../shared/audio/slicing.js';
 import { aggregateOutput, aggregateStep } from './steps/aggregate.js';
@@ -78,9 +78,11 @@ export async function runSteps(ctx: RunContext, reviewer: RemoteReviewer): Promi
 
   // ---- report ----
   const reported = await runStep(ctx, STEPS.report, () => report(ctx, ordered, audio, transcribed));
-  // Billed: the audio this workflow had transcribed (any of its runs); chunks reused from an
-  // earlier workflow's checkpoints cost no engine time and are not billed again.
-  const billed = ordered.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
+  // Billed: the audio this workflow had transcribed (any of its runs) and the chunks it adopted from
+  // an earlier workflow that was never billed (errored); chunks reused from an earlier workflow that
+  // was billed cost no engine time and are not billed again.
+  const owned = await adoptUnbilledChunks(d.db, store, keys, row.id, ordered);
+  const billed = owned.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
   await d.ledger.record({
     keyId: row.key_id,
     plane: 'batch',

@@ -27,14 +27,14 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { FairShare } from '../../shared/fairShare.js';
+import { createQueues, DEFER_SECONDS, MAX_BACKLOG_RANK, WEBHOOK_QUEUE, WORKFLOW_QUEUE } from './queues.js';
 import { ByteBudget } from '../../shared/semaphore.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
 import { type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
-export const WORKFLOW_QUEUE = 'batch-workflow';
-export const WEBHOOK_QUEUE = 'batch-webhook';
+export { WORKFLOW_QUEUE, WEBHOOK_QUEUE } from './queues.js';
 
 export interface BatchRuntimeDeps {
   config: Config;
@@ -419,32 +419,6 @@ export class BatchRuntime {
  */
 function engineShare(slots: number): FairShare {
   return new FairShare(slots, Math.max(1, Math.floor(slots / 2)));
-}
-
-/** How long a workflow deferred for its tenant's running bound waits before it is tried again. */
-const DEFER_SECONDS = 2;
-/** Ranks past this share one priority (pg-boss priorities are 32-bit integers). */
-const MAX_BACKLOG_RANK = 1_000_000;
-
-/** pg-boss's schema (in `start`) and this plane's queues; idempotent. */
-
-async function createQueues(boss: PgBoss): Promise<void> {
-  await boss.start();
-  // One queued-or-active job per workflow (stately + singletonKey): re-queuing is idempotent.
-  await boss.createQueue(WORKFLOW_QUEUE, {
-    name: WORKFLOW_QUEUE,
-    policy: 'stately',
-    retryLimit: 3,
-    retryDelay: 5,
-    expireInSeconds: 4 * 3600,
-  });
-  await boss.createQueue(WEBHOOK_QUEUE, {
-    name: WEBHOOK_QUEUE,
-    policy: 'standard',
-    retryLimit: 2,
-    retryDelay: 30,
-    expireInSeconds: 600,
-  });
 }
 
 /** The tenant already has BATCH_MAX_UNFINISHED_PER_TENANT jobs queued or running. */

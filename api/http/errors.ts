@@ -11,6 +11,7 @@ import type { Context, Middleware, Next } from 'koa';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
 import { DEPENDENCY_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
 import { HttpRefusal } from '../../shared/http/refusal.js';
+import { DISK_RETRY_AFTER_SECONDS, isDiskFull } from '../../shared/disk.js';
 
 export type Plane = 'api' | 'batch' | 'admin';
 
@@ -91,6 +92,14 @@ export function toApiError(
   if (isDataException(err)) {
     return new ApiError(400, 'invalid_request', 'The request contains a value the data store cannot hold.');
   }
+  if (isDiskFull(err)) {
+    return new ApiError(
+      plane === 'admin' ? 500 : 507,
+      'insufficient_storage',
+      'The server has no disk space left for this request; try again shortly.',
+      { retryable: true, headers: { 'Retry-After': String(DISK_RETRY_AFTER_SECONDS) } },
+    );
+  }
   if (isStoreUnavailable(err)) {
     return new ApiError(
       plane === 'admin' ? 500 : 503,
@@ -114,7 +123,13 @@ export function errorHandler(opts: { retryAfterSeconds?: number } = {}): Middlew
     } catch (raw) {
       const plane: Plane = ctx.state.plane ?? 'api';
       const err = toApiError(raw, plane, opts.retryAfterSeconds);
-      if (err.status >= 500) ctx.state.log?.error({ err: raw, code: err.code }, 'request failed');
+      // A full disk is the operator's to fix, not a bug: one warning line, no stack.
+      if (err.code === 'insufficient_storage')
+        ctx.state.log?.warn(
+          { code: err.code, error: String((raw as Error)?.message) },
+          'request refused: disk full',
+        );
+      else if (err.status >= 500) ctx.state.log?.error({ err: raw, code: err.code }, 'request failed');
       else ctx.state.log?.info({ code: err.code, status: err.status }, 'request refused');
       ctx.status = err.status;
       for (const [k, v] of Object.entries(err.opts.headers ?? {})) ctx.set(k, v);

@@ -35,24 +35,35 @@ function readBoxes(buf: Buffer, start: number, end: number): Box[] | undefined {
 
 const CONTAINERS = new Set(['moov', 'trak', 'mdia', 'minf', 'stbl', 'edts', 'udta']);
 
-function shiftChunkOffsets(moov: Buffer, box: Box, delta: number): void {
+/** Real files nest `stco` five deep (moov/trak/mdia/minf/stbl); anything far deeper is not a recording. */
+const MAX_DEPTH = 12;
+
+/**
+ * Shifts every chunk offset under `box`; false when the boxes are malformed
+ * (nested past MAX_DEPTH, a table declaring more entries than its box holds):
+ * the file is then passed on as it is, for ffmpeg to refuse.
+ */
+function shiftChunkOffsets(moov: Buffer, box: Box, delta: number, depth = 0): boolean {
+  if (depth > MAX_DEPTH) return false;
   const children = readBoxes(moov, box.start + box.header, box.start + box.size) ?? [];
   for (const child of children) {
-    if (CONTAINERS.has(child.type)) shiftChunkOffsets(moov, child, delta);
-    else if (child.type === 'stco' || child.type === 'co64') {
+    if (CONTAINERS.has(child.type)) {
+      if (!shiftChunkOffsets(moov, child, delta, depth + 1)) return false;
+    } else if (child.type === 'stco' || child.type === 'co64') {
       const body = child.start + child.header;
+      const end = child.start + child.size;
+      if (body + 8 > end) return false;
       const count = moov.readUInt32BE(body + 4);
+      const width = child.type === 'stco' ? 4 : 8;
+      if (count > (end - body - 8) / width) return false;
       for (let i = 0; i < count; i++) {
-        if (child.type === 'stco') {
-          const at = body + 8 + i * 4;
-          moov.writeUInt32BE(moov.readUInt32BE(at) + delta, at);
-        } else {
-          const at = body + 8 + i * 8;
-          moov.writeBigUInt64BE(moov.readBigUInt64BE(at) + BigInt(delta), at);
-        }
+        const at = body + 8 + i * width;
+        if (width === 4) moov.writeUInt32BE((moov.readUInt32BE(at) + delta) >>> 0, at);
+        else moov.writeBigUInt64BE(BigInt.asUintN(64, moov.readBigUInt64BE(at) + BigInt(delta)), at);
       }
     }
   }
+  return true;
 }
 
 /** True when the buffer starts like an ISO-BMFF file (MP4, M4A, MOV). */
@@ -72,7 +83,7 @@ export function faststart(buf: Buffer): Buffer {
   const moov = Buffer.from(buf.subarray(moovBox.start, moovBox.start + moovBox.size));
   const stco32Limit = buf.length + moov.length;
   if (stco32Limit > 0xffffffff) return buf;
-  shiftChunkOffsets(moov, { ...moovBox, start: 0 }, moovBox.size);
+  if (!shiftChunkOffsets(moov, { ...moovBox, start: 0 }, moovBox.size)) return buf;
   const parts: Buffer[] = [];
   boxes.forEach((b, i) => {
     if (i === mdatIndex) parts.push(moov);

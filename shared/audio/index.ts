@@ -6,13 +6,16 @@
  * that is already 16 kHz mono PCM16 skips ffmpeg entirely.
  */
 import { spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
-import path from 'node:path';
 import { Readable } from 'node:stream';
+import { InsufficientStorageError, saysDiskFull } from '../disk.js';
+import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from './ffmpeg.js';
 import { faststart, isIsoBmff } from './faststart.js';
 import { PCM_BYTES_PER_SECOND as BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 import { EnvelopeBuilder } from './slicing.js';
+import { spoolFile } from './spool.js';
+
+export { sweepSpool } from './spool.js';
 
 export { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE, pcmDurationSeconds } from './pcm.js';
 
@@ -121,7 +124,10 @@ export async function decodeAudio(input: Buffer, opts: DecodeOptions = {}): Prom
     }
     return direct;
   }
-  return decodeStream(Readable.from([isIsoBmff(input) ? faststart(input) : input]), opts);
+  return decodeStream(Readable.from([isIsoBmff(input) ? faststart(input) : input]), {
+    ...opts,
+    inputBytes: input.length,
+  });
 }
 
 export class AudioTooLongError extends Error {
@@ -140,6 +146,8 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
     ...(output === 'pipe:1' ? [] : ['-progress', 'pipe:1']),
     '-loglevel',
     'error',
+    // Only stdin, only audio containers: a playlist cannot make ffmpeg read a local file or a URL.
+    ...ffmpegInputArgs('pipe'),
     '-i',
     'pipe:0',
     '-vn',
@@ -170,14 +178,17 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
 function runFfmpeg(
   input: Readable,
   output: string,
-  opts: DecodeOptions,
+  opts: DecodeOptions & { inputBytes: number },
 ): Promise<{ chunks: Buffer[]; bytes: number }> {
   const maxBytes =
     opts.maxSeconds === undefined ? Infinity : Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2;
   return new Promise((resolve, reject) => {
-    const ff = spawn(opts.ffmpegPath ?? 'ffmpeg', ffmpegArgs(output, opts.maxSeconds), {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const cmd = boundedFfmpeg(
+      opts.ffmpegPath ?? 'ffmpeg',
+      ffmpegArgs(output, opts.maxSeconds),
+      opts.inputBytes,
+    );
+    const ff = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'pipe', 'pipe'] });
     const chunks: Buffer[] = [];
     let bytes = 0;
     let stderr = '';
@@ -221,8 +232,14 @@ function runFfmpeg(
       bytes += d.length;
       if (bytes > maxBytes) finish(new AudioTooLongError(opts.maxSeconds!));
     });
-    ff.on('close', (code) => {
+    ff.on('close', (code, signal) => {
       if (code === 0) return finish(undefined);
+      // Our spool's disk, not the client's file: 507 with Retry-After, never `invalid_audio`.
+      if (saysDiskFull(stderr)) return finish(new InsufficientStorageError());
+      const refused = ffmpegRefusal(stderr, signal, settled);
+      if (refused) return finish(new AudioDecodeError(refused));
+      if (code === 127)
+        return finish(new AudioDecodeError('ffmpeg could not be started.', 'decoder_unavailable'));
       const detail = stderr.trim().split('\n').pop() ?? '';
       finish(
         new AudioDecodeError(
@@ -235,8 +252,15 @@ function runFfmpeg(
 }
 
 /** Decodes a stream of any format ffmpeg reads through stdin/stdout pipes. */
-export async function decodeStream(input: Readable, opts: DecodeOptions = {}): Promise<Buffer> {
-  const { chunks, bytes } = await runFfmpeg(input, 'pipe:1', opts);
+export async function decodeStream(
+  input: Readable,
+  opts: DecodeOptions & { inputBytes?: number } = {},
+): Promise<Buffer> {
+  // A stream of unknown size gets the CPU bound of the largest upload (25 MiB).
+  const { chunks, bytes } = await runFfmpeg(input, 'pipe:1', {
+    ...opts,
+    inputBytes: opts.inputBytes ?? 25 << 20,
+  });
   const pcm = Buffer.concat(chunks, bytes);
   return pcm.length % 2 ? pcm.subarray(0, pcm.length - 1) : pcm;
 }
@@ -297,12 +321,20 @@ export async function decodeUpload(
     // Already in memory (the upload is capped in bytes): nothing to spool.
     return inMemory(direct);
   }
-  const file = path.join(opts.spool.dir, `decode-${randomUUID()}.pcm`);
+  const file = spoolFile(opts.spool.dir);
   const remove = () => fs.promises.rm(file, { force: true });
   try {
-    await runFfmpeg(Readable.from([isIsoBmff(input) ? faststart(input) : input]), file, opts);
+    await runFfmpeg(Readable.from([isIsoBmff(input) ? faststart(input) : input]), file, {
+      ...opts,
+      inputBytes: input.length,
+    });
     const size = (await fs.promises.stat(file)).size;
     const usable = size - (size % 2);
+    // A container that declares audio and yields none (an index too large for the memory bound, a
+    // stream that is all errors) is not an empty clip; a WAV with no samples is one (interface 2.6).
+    if (usable === 0 && input.toString('latin1', 0, 4) !== 'RIFF') {
+      throw new AudioDecodeError('The file holds no audio that could be decoded.');
+    }
     if (opts.maxSeconds !== undefined && usable > Math.ceil(opts.maxSeconds * BYTES_PER_SECOND) + 2) {
       throw new AudioTooLongError(opts.maxSeconds);
     }

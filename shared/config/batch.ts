@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { type Env, ConfigError, str, int, num, bool, list } from './env.js';
+import { diskFloorBytes } from './platform.js';
 
 /** Outbound fetch safety (audio downloads and webhook deliveries). */
 export interface OutboundConfig {
@@ -146,6 +147,8 @@ export interface BatchConfig {
   decodeTimeoutMs: number;
   /** Where audio is kept while a job runs (deleted afterwards). */
   tmpDir: string;
+  /** A run waits for this much free space before it downloads (DISK_FLOOR_MB, shared with the API). */
+  diskFloorBytes: number;
   storage: ArtifactStoreConfig;
   outbound: OutboundConfig;
   review: ReviewerConfig;
@@ -248,6 +251,7 @@ export function batchConfig(env: Env): BatchConfig {
     retentionSeconds: num(env, 'BATCH_RETENTION_DAYS', 30, 0) * 86_400,
     decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
+    diskFloorBytes: diskFloorBytes(env),
     storage: {
       driver,
       dir: path.resolve(str(env, 'ARTIFACT_DIR', path.join(dataDir, 'artifacts'))),

@@ -27,6 +27,22 @@ export const DEPENDENCY_RETRY_AFTER_SECONDS = 5;
 /** Retry-After of the embedded proxy's 503 while the realtime process is down. */
 export const REALTIME_RETRY_AFTER_SECONDS = 2;
 
+/**
+ * DISK_FLOOR_MB: below this much free space under DATA_DIR (or the temp
+ * directory) new uploads and jobs are refused 507 before anything is written
+ * and /readyz is 503 (0 = off). Batch and the API read it through here.
+ */
+export function diskFloorBytes(env: Env): number {
+  return int(env, 'DISK_FLOOR_MB', 100, 0) * 1024 * 1024;
+}
+
+/** TRUST_PROXY: `true`/`false` (1/0 hops) or the number of proxies that append to X-Forwarded-For. */
+function proxyHops(env: Env): number {
+  const v = env.TRUST_PROXY;
+  if (v !== undefined && /^\d+$/.test(v)) return int(env, 'TRUST_PROXY', 0, 0, 10);
+  return bool(env, 'TRUST_PROXY', false) ? 1 : 0;
+}
+
 export interface PlatformConfig {
   /** Directory for embedded Postgres data, generated secrets and local artifacts. */
   dataDir: string;
@@ -41,7 +57,12 @@ export interface PlatformConfig {
      * first (no request lands on a closing keep-alive connection).
      */
     drainDelayMs: number;
-    trustProxy: boolean;
+    /**
+     * Proxies in front of the API that append to X-Forwarded-For (TRUST_PROXY: a hop count; `true` = 1,
+     * `false` = 0). The client's address is the entry that many hops from the right: the left part is
+     * whatever the client sent.
+     */
+    trustProxy: number;
     /** A request body slower than this over each window is answered 408 and its connection closed (0 = off). */
     minBodyBytesPerSecond: number;
     bodyRateWindowSeconds: number;
@@ -110,6 +131,8 @@ export interface PlatformConfig {
   };
   /** The browser playground at `/` (PLAYGROUND_ENABLED). */
   playgroundEnabled: boolean;
+  /** Free bytes below which new uploads and jobs are refused (DISK_FLOOR_MB; 0 = off). */
+  diskFloorBytes: number;
 }
 
 export function platformConfig(env: Env): PlatformConfig {
@@ -122,7 +145,7 @@ export function platformConfig(env: Env): PlatformConfig {
       maxJsonBytes: MAX_JSON_BODY_BYTES,
       shutdownGraceMs: int(env, 'SHUTDOWN_GRACE_MS', 10_000, 0),
       drainDelayMs: int(env, 'SHUTDOWN_DRAIN_DELAY_MS', 0, 0),
-      trustProxy: bool(env, 'TRUST_PROXY', false),
+      trustProxy: proxyHops(env),
       minBodyBytesPerSecond: int(env, 'HTTP_MIN_BODY_BYTES_PER_SECOND', 1024, 0),
       bodyRateWindowSeconds: BODY_RATE_WINDOW_SECONDS,
       headersTimeoutMs: HTTP_HEADERS_TIMEOUT_MS,
@@ -161,6 +184,7 @@ export function platformConfig(env: Env): PlatformConfig {
       realtimeRetryAfterSeconds: REALTIME_RETRY_AFTER_SECONDS,
     },
     playgroundEnabled: bool(env, 'PLAYGROUND_ENABLED', true),
+    diskFloorBytes: diskFloorBytes(env),
   };
 }
 

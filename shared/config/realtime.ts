@@ -113,7 +113,22 @@ export interface RealtimeConfig {
    * `maxSessions` sessions or `maxQueuedUtterances` utterances wait for the
    * speech engine; sessions already open keep their utterances. 0 = no limit.
    */
-  overload: { maxSessions: number; maxQueuedUtterances: number; retryAfterSeconds: number };
+  overload: {
+    maxSessions: number;
+    maxQueuedUtterances: number;
+    retryAfterSeconds: number;
+    /**
+     * Upgrades whose credential is still being checked (issue 36): they do not count as sessions, and
+     * are bounded on their own, per instance and per client address (429 past the latter).
+     */
+    maxAuthenticating: number;
+    maxAuthenticatingPerSource: number;
+    /**
+     * Percent of `maxSessions` one owner (tenant) may hold on an instance (REALTIME_OWNER_SHARE,
+     * issue 41): the rest stays for other tenants. 100 = off.
+     */
+    ownerSharePercent: number;
+  };
   /** Refuse to start on the pure-JS fallback of uWebSockets.js. */
   requireNativeUws: boolean;
   /** Where the API proxies upgrades to in embedded mode (host:port of this process). */
@@ -145,6 +160,9 @@ export const BREAKER_FAILURES = 5;
 export const BREAKER_OPEN_MS = 10_000;
 /** Retry-After of an upgrade refused for overload. */
 export const OVERLOAD_RETRY_AFTER_SECONDS = 2;
+/** Upgrades being authenticated at once, per instance and per client address (pre-auth work). */
+export const MAX_AUTHENTICATING = 256;
+export const MAX_AUTHENTICATING_PER_SOURCE = 32;
 /** Allowed upper bound of a session's vadMaxSpeechMs. */
 export const MAX_SPEECH_MS_CAP = 60_000;
 /**
@@ -198,6 +216,9 @@ export function realtimeConfig(env: Env): RealtimeConfig {
       maxSessions: int(env, 'REALTIME_MAX_SESSIONS', 500, 0),
       maxQueuedUtterances: int(env, 'REALTIME_MAX_QUEUED_UTTERANCES', 64, 0),
       retryAfterSeconds: OVERLOAD_RETRY_AFTER_SECONDS,
+      maxAuthenticating: MAX_AUTHENTICATING,
+      maxAuthenticatingPerSource: MAX_AUTHENTICATING_PER_SOURCE,
+      ownerSharePercent: int(env, 'REALTIME_OWNER_SHARE', 80, 1, 100),
     },
     breaker: { failureThreshold: BREAKER_FAILURES, openMs: BREAKER_OPEN_MS },
     transcribeTimeoutMs: int(env, 'REALTIME_TRANSCRIBE_TIMEOUT_MS', 30_000, 100),

@@ -16,6 +16,7 @@
  *   installFailurePolicy(logger, { onFatal: () => api.stop() });
  */
 import type { Logger } from 'pino';
+import { isDiskFull } from '../disk.js';
 
 /** Socket and Postgres error codes that mean "the dependency is not reachable right now". */
 const UNAVAILABLE_CODES = new Set([
@@ -46,6 +47,8 @@ export function isDependencyUnavailable(err: unknown, depth = 0): boolean {
   if (!e || typeof e !== 'object' || depth > 4) return false;
   if (typeof e.code === 'string' && UNAVAILABLE_CODES.has(e.code)) return true;
   if (e.name === 'KnexTimeoutError' || e.name === 'MaxRetriesPerRequestError') return true;
+  // Our own disk full (ENOSPC, EDQUOT): a condition of the machine, not of the input; it passes.
+  if (isDiskFull(e)) return true;
   if (Array.isArray(e.errors) && e.errors.some((x) => isDependencyUnavailable(x, depth + 1))) return true;
   if (e.cause && isDependencyUnavailable(e.cause, depth + 1)) return true;
   return UNAVAILABLE_MESSAGES.test(typeof e.message === 'string' ? e.message : '');

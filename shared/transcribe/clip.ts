@@ -20,7 +20,13 @@
  * itself (500).
  */
 import os from 'node:os';
-import { AudioDecodeError, AudioTooLongError, decodeUpload, type DecodedAudio } from '../audio/index.js';
+import {
+  AudioDecodeError,
+  AudioTooLongError,
+  decodeUpload,
+  sweepSpool,
+  type DecodedAudio,
+} from '../audio/index.js';
 import { RESPONSE_FORMATS } from '../stt/formats.js';
 import { normalizeLanguage } from '../stt/language.js';
 import {
@@ -31,6 +37,7 @@ import {
   type TranscribeResult,
 } from '../stt/types.js';
 import { HttpRefusal } from '../http/refusal.js';
+import { DISK_RETRY_AFTER_SECONDS, InsufficientStorageError, isDiskFull } from '../disk.js';
 import { Semaphore } from '../semaphore.js';
 import { type OnPiece, transcribePieces } from './long.js';
 import type { Slice } from '../audio/slicing.js';
@@ -156,6 +163,18 @@ export async function transcribeClip(
 /** The one mapping of decoder and engine failures; undefined for anything else (passed on as it is). */
 function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
   if (err instanceof AudioTooLongError) return new HttpRefusal(400, 'audio_too_long', p.tooLong);
+  // Our spool's disk is full: not the client's file. An engine worker answers 503 (its gateway then
+  // tries another worker), the API 507.
+  if (isDiskFull(err))
+    return new HttpRefusal(
+      p.failure === 'worker' ? 503 : 507,
+      'insufficient_storage',
+      new InsufficientStorageError().message,
+      {
+        retryable: true,
+        headers: { 'Retry-After': String(DISK_RETRY_AFTER_SECONDS) },
+      },
+    );
   if (err instanceof AudioDecodeError) {
     if (err.code === 'invalid_audio') return new HttpRefusal(400, 'invalid_audio', err.message);
     return new HttpRefusal(503, 'decoder_unavailable', err.message, {
@@ -191,4 +210,13 @@ function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
         type: 'invalid_request_error',
       });
   }
+}
+
+/**
+ * At process start: removes decode spool files left in the temp directory by
+ * a process killed mid-decode (shared/audio/spool.ts), logging what it freed.
+ */
+export async function sweepDecodeSpool(log: { info(o: object, msg: string): void }): Promise<void> {
+  const swept = await sweepSpool(os.tmpdir());
+  if (swept.files) log.info(swept, 'removed decode spool files left by a stopped process');
 }

@@ -11,6 +11,7 @@ import https from 'node:https';
 import type { LookupFunction, Socket } from 'node:net';
 import type { Writable } from 'node:stream';
 import { AddressPolicy, isIpLiteral } from './address.js';
+import { InsufficientStorageError } from '../../../shared/disk.js';
 import { OUTBOUND_CONNECT_TIMEOUT_MS, OUTBOUND_MAX_REDIRECTS } from '../../../shared/config/batch.js';
 
 export type OutboundErrorCode =
@@ -48,6 +49,8 @@ export interface OutboundOptions {
   connectTimeoutMs?: number;
   /** Stream the body here instead of buffering it. */
   sink?: Writable;
+  /** Free space for the sink: a body declared larger fails at its headers with InsufficientStorageError. */
+  sinkRoomBytes?: number;
   signal?: AbortSignal;
   /**
    * Fails with `too_slow` when fewer than `bytes` arrive in any `windowMs`
@@ -198,6 +201,8 @@ export class OutboundClient {
         lookup: this.guardedLookup(host),
         timeout: opts.connectTimeoutMs ?? this.defaults.connectTimeoutMs ?? OUTBOUND_CONNECT_TIMEOUT_MS,
       });
+      // The sink failing (our disk full) ends the request with its own error; unheard, it would be uncaught.
+      opts.sink?.on('error', fail);
       if (opts.signal) {
         if (opts.signal.aborted) return onAbort();
         opts.signal.addEventListener('abort', onAbort, { once: true });
@@ -264,6 +269,14 @@ export class OutboundClient {
         const declared = Number(res.headers['content-length'] ?? NaN);
         if (Number.isFinite(declared) && declared > maxBytes) {
           return fail(new OutboundError('too_large', `The response is larger than ${maxBytes} bytes.`));
+        }
+        // Our disk cannot hold it: nothing is downloaded (the job pauses until there is room).
+        if (Number.isFinite(declared) && opts.sinkRoomBytes !== undefined && declared > opts.sinkRoomBytes) {
+          return fail(
+            new InsufficientStorageError(
+              `The audio (${declared} bytes) does not fit the server's free disk space.`,
+            ),
+          );
         }
         const chunks: Buffer[] = [];
         let bytes = 0;

@@ -10,6 +10,7 @@ import { decodeToPcmFile, fetchAudio } from '../audio.js';
 import { PermanentError } from '../errors.js';
 import { round3 } from '../numbers.js';
 import type { RunContext } from '../run/context.js';
+import { roomIn, waitForDiskRoom } from '../run/disk.js';
 import { energyEnvelopeOfFile, SAMPLE_RATE } from '../../../shared/audio/slicing.js';
 
 export interface ProbeOutput {
@@ -32,11 +33,13 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
   const { d, params: p, workDir, signal } = ctx;
   const { config } = d;
   const source = path.join(workDir, 'source');
+  await waitForDiskRoom(config, signal);
   const fetched = await fetchAudio(d.outbound, p.audio_url, source, {
     maxBytes: config.maxAudioBytes,
     timeoutMs: config.fetchTimeoutMs,
     minRate: config.fetchMinRate,
     signal,
+    roomBytes: await roomIn(workDir, config.diskFloorBytes),
   });
   const pcmFile = pcmFileOf(workDir);
   const t0 = Date.now();

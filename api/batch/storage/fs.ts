@@ -34,14 +34,20 @@ export class FsArtifactStore implements ArtifactStore {
     const file = this.file(key);
     await fsp.mkdir(path.dirname(file), { recursive: true });
     const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-    const handle = await fsp.open(tmp, 'w');
     try {
-      await handle.writeFile(JSON.stringify(value));
-      await handle.sync();
-    } finally {
-      await handle.close();
+      const handle = await fsp.open(tmp, 'w');
+      try {
+        await handle.writeFile(JSON.stringify(value));
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      await fsp.rename(tmp, file);
+    } catch (err) {
+      // A failed write (a full disk) leaves nothing behind: no temp file, no partial artifact.
+      await fsp.rm(tmp, { force: true }).catch(() => {});
+      throw err;
     }
-    await fsp.rename(tmp, file);
   }
 
   async getJson<T>(key: string): Promise<T | null> {

@@ -79,7 +79,7 @@ export function routes(deps: AppDeps): Route[] {
       // failing every instance's check at once would put the load balancer's own 503 in front of all.
       method: 'get',
       path: '/readyz/instance',
-      chain: [ready((name) => name !== 'realtime' && name !== 'redis')],
+      chain: [ready((name) => name !== 'realtime' && name !== 'redis' && name !== 'disk')],
       doc: {
         ...doc(
           'readyzInstance',

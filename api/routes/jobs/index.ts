@@ -154,6 +154,10 @@ const SUBMIT_RESPONSES = {
     'Request rate limit exceeded, or `too_many_jobs`: the tenant already has BATCH_MAX_UNFINISHED_PER_TENANT jobs queued or running.',
     componentRef('BatchError'),
   ),
+  '507': {
+    description: '`insufficient_storage`: the server is below its disk floor (DISK_FLOOR_MB); `Retry-After`.',
+    schema: componentRef('BatchError'),
+  },
 };
 
 function pollDoc(operationId: string, deprecated: boolean): OperationDoc {

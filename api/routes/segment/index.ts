@@ -230,6 +230,11 @@ export function routes(deps: AppDeps): Route[] {
               '`engine_overloaded`, `decoder_unavailable`, `store_unavailable`, `usage_unavailable`',
             schema: apiErrorSchema,
           },
+          '507': {
+            description:
+              '`insufficient_storage`: the server is below its disk floor (DISK_FLOOR_MB) or its disk is full; `Retry-After`',
+            schema: apiErrorSchema,
+          },
         },
       },
     },
