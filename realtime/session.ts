@@ -46,6 +46,8 @@ export interface SessionSummary {
   closeReason: string;
 }
 
+/** The least audio a frame must carry to count as activity for the idle timeout: 10 ms of 16 kHz PCM16. */
+const MIN_LIVE_FRAME_BYTES = 320;
 export class RealtimeSession implements UtteranceHost {
   readonly sessionId: string;
   readonly requestId: string;
@@ -209,7 +211,9 @@ export class RealtimeSession implements UtteranceHost {
   }
 
   private audio(buf: Buffer): void {
-    this.lastAudioAt = this.now();
+    // Frames of less than 10 ms of audio are not activity: empty frames every 5 s held a session (and its
+    // instance's slot) past its idle timeout for nothing billed (issue 41, third pass).
+    if (buf.length >= MIN_LIVE_FRAME_BYTES) this.lastAudioAt = this.now();
     this.utterances.audio(buf);
   }
 

@@ -242,6 +242,17 @@ describe('RealtimeSession through a fake transport (real VAD, real engine)', fun
     a.s.tick();
     expect(a.t.closed).to.deep.equal({ code: 4408, reason: 'idle_timeout' });
 
+    // Empty or sub-10 ms frames are not activity (they held a session past its idle timeout).
+    clock = 1_500_000;
+    const c = open({ now: () => clock, limits: { idleTimeoutSeconds: 5, maxSessionSeconds: 60 } });
+    for (let k = 0; k < 5; k++) {
+      clock += 1000;
+      c.s.onBinary(new ArrayBuffer(k % 2 ? 0 : 2));
+      c.s.tick();
+    }
+    await until(() => c.t.closed !== undefined);
+    expect(c.t.closed).to.deep.equal({ code: 4408, reason: 'idle_timeout' });
+
     clock = 2_000_000;
     const b = open({ now: () => clock, limits: { idleTimeoutSeconds: 5, maxSessionSeconds: 10 } });
     for (let k = 0; k < 10; k++) {
