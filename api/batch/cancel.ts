@@ -4,19 +4,30 @@
  * reason in `error`: a queued one never starts (`acquire` takes only queued
  * and running ones), a run in this process is stopped at once and one
  * elsewhere at its next lease renewal; budget reservations are released.
+ * The chunks it had transcribed are billed (issue 41, third pass: cancel
+ * and resubmit, or read the chunk checkpoints, had them transcribed free);
+ * a later run of the same request_id reuses them without billing again.
  */
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { UsageBudget } from '../../shared/usage/budget.js';
+import type { UsageLedger } from '../../shared/usage.js';
+import { round3 } from '../../shared/numbers.js';
+import { artifactKeys } from './artifacts.js';
+import { type ArtifactStore, tenantStore } from './storage/index.js';
+import type { ChunkCheckpoint } from './types.js';
 import * as metrics from './metrics.js';
 
 type Target = { id: string; ownerId: string } | { keyId: string };
+type Ended = { id: string; owner_id: string; key_id: string; request_id: string };
 
 export class Cancellation {
   private readonly budget: UsageBudget;
 
   constructor(
     private readonly db: Knex,
+    private readonly store: ArtifactStore,
+    private readonly ledger: UsageLedger,
     usageWindowSeconds: number,
     /** Stops this process's run of a workflow, if it has one. */
     private readonly stopRun: (workflowId: string) => void,
@@ -59,13 +70,32 @@ export class Cancellation {
         poll_body: null,
         poll_rev: this.db.raw('poll_rev + 1'),
       })
-      .returning<{ id: string }[]>('id');
-    const ids = rows.map((r) => r.id);
-    for (const id of ids) {
-      this.stopRun(id);
-      await this.budget.release('batch', id);
+      .returning<Ended[]>(['id', 'owner_id', 'key_id', 'request_id']);
+    for (const w of rows) {
+      this.stopRun(w.id);
+      await this.billTranscribed(w);
+      await this.budget.release('batch', w.id);
     }
-    metrics.finished.inc({ status: 'terminated' }, ids.length);
-    return ids;
+    metrics.finished.inc({ status: 'terminated' }, rows.length);
+    return rows.map((r) => r.id);
+  }
+
+  /** Bills the chunks the workflow itself transcribed (its checkpoints say whose they are). */
+  private async billTranscribed(w: Ended): Promise<void> {
+    const store = tenantStore(this.store, w.owner_id);
+    const keys = artifactKeys(w.request_id);
+    let seconds = 0;
+    for (const key of await store.list(keys.prefix)) {
+      if (!/\/chunk_\d+\.json$/.test(key)) continue;
+      const cp = await store.getJson<ChunkCheckpoint>(key);
+      if (cp?.workflow_id === w.id) seconds += cp.end - cp.start;
+    }
+    if (seconds > 0)
+      await this.ledger.record({
+        keyId: w.key_id,
+        plane: 'batch',
+        audioSeconds: round3(seconds),
+        refId: w.id,
+      });
   }
 }

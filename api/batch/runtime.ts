@@ -85,6 +85,8 @@ export class BatchRuntime {
     );
     this.cancellation = new Cancellation(
       d.db,
+      d.store,
+      d.ledger,
       d.config.usageWindowSeconds,
       (id) => this.runner?.stopRun(id),
       d.logger.child({ component: 'batch' }),

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
 import { ADMIN_TOKEN } from '../helpers/app.js';
+import { tenantStore } from '../../api/batch/storage/index.js';
 import {
   buildRecording,
   createBatchTestApp,
@@ -35,6 +36,11 @@ describe('batch: cancelling jobs', function () {
 
   before(async () => {
     buildRecording(path.join(dir, 'short.wav'), ['librivox-austen-0880.wav']);
+    buildRecording(
+      path.join(dir, 'longer.wav'),
+      ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0890.wav'],
+      0.8,
+    );
     files = await startFileServer(dir);
     // Answers 200, then a byte every second: a job that stays running.
     slow = http.createServer((_req, res) => {
@@ -148,5 +154,35 @@ describe('batch: cancelling jobs', function () {
     const late = await request(t.server).delete(`${JOBS}/${done}`).set('authorization', `Bearer ${k.key}`);
     expect(late.status).to.equal(409);
     expect(late.body.code).to.equal('workflow_finished');
+  });
+
+  it('a cancelled job is billed for the chunks it transcribed; resubmitted, it completes billed once in all', async () => {
+    const k = await issueKey(t, { ownerId: 'tenant-free-ride', plan: 'pro' });
+    const requestId = 'free-ride';
+    const body = {
+      audio_url: `${files.url}/longer.wav`,
+      request_id: requestId,
+      segment_seconds: 2,
+      concurrency: 1,
+    };
+    const id = await submit(k.key, body);
+    const store = tenantStore(t.runtime.store, 'tenant-free-ride');
+    await waitFor(
+      async () =>
+        (await store.list(`transcription/${requestId}/`)).filter((x) => /chunk_\d+\.json$/.test(x)).length >=
+        2,
+      60_000,
+      50,
+    );
+    const r = await request(t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${k.key}`);
+    expect(r.status).to.equal(200);
+    // Before: nothing was billed, yet the chunks could be read (GET /r2/…/chunk_0.json) or reused.
+    const cancelled = await billed(k.id);
+    expect(cancelled).to.be.greaterThan(0);
+    const again = await submit(k.key, body);
+    await waitFor(async () => (await row(again)).status === 'complete', 90_000, 200);
+    const total = await billed(k.id);
+    const duration = (await row(again)).output.probe.duration_seconds as number;
+    expect(total).to.be.closeTo(duration, 0.05);
   });
 });
