@@ -56,14 +56,25 @@ describe('faults: an engine worker killed under segment load', function () {
     const load = (async () => {
       while (running) await Promise.all([send(), send()]);
     })();
-    await waitFor('a first answer', async () => answers.length > 2, 60_000, 100);
+    const ids = t.deps.speech.workerIds();
+    // The worker about to be killed is serving (else the kill would prove nothing).
+    await waitFor(
+      'the first worker serving',
+      async () => answers.some((r) => r.status === 200 && r.headers['x-worker-id'] === ids[0]),
+      60_000,
+      100,
+    );
     await engines[0].kill();
     await sleep(4000);
     running = false;
     await load;
+    // Failover observed: the service answers from the other worker once the first is gone.
     await waitFor(
       'a 200 on the remaining worker',
-      async () => (await send()).status === 200,
+      async () => {
+        const r = await send();
+        return r.status === 200 && r.headers['x-worker-id'] === ids[1];
+      },
       60_000,
       200,
     ).catch((err: Error) => {
