@@ -152,10 +152,14 @@ describe('usage through a Postgres outage', function () {
           .field('language', 'en')
           .then((r) => r);
       const answers = [post(), post(), post()];
-      // All three are admitted and in the engine (one decoder: one runs, two wait) before Postgres goes.
-      await waitFor(() => {
-        const s = (t.deps.speech as unknown as { stats?: () => { busy: number; queued: number } })?.stats?.();
-        return !!s && s.busy + s.queued === 3;
+      // All three are admitted (their seconds reserved: past the last query before the bill) and decoded,
+      // waiting for or in the engine, before Postgres goes.
+      await waitFor(async () => {
+        const [{ n }] = await t.deps
+          .db('usage_reservations')
+          .where({ key_id: keyId, plane: 'segment' })
+          .count<{ n: string }[]>('* as n');
+        return Number(n) === 3;
       }, 30_000);
       await pg.stop();
       const res = await Promise.all(answers);
@@ -198,9 +202,9 @@ function spoolHas(dir: string, pid: number, refId: string, seconds: number): boo
     );
 }
 
-async function waitFor(ok: () => boolean, ms: number): Promise<void> {
+async function waitFor(ok: () => boolean | Promise<boolean>, ms: number): Promise<void> {
   const t0 = Date.now();
-  while (!ok()) {
+  while (!(await ok())) {
     if (Date.now() - t0 > ms) throw new Error(`condition not met within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -89,51 +89,49 @@ export function segmentHandler(deps: AppDeps): Middleware {
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
     const signal = clientGone(ctx);
-    // The clip's turn among this process's clips: a key past its share waits in its own line.
-    await inTurn(share, principal.keyId, signal, () => transcribeUpload());
-
-    async function transcribeUpload(): Promise<void> {
-      const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
-      // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
-      // so cancel) another bill. The clip's budget reservation carries it too.
-      const refId = `seg_${randomUUID()}`;
-      let reserved = false;
+    const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
+    // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
+    // so cancel) another bill. The clip's budget reservation carries it too.
+    const refId = `seg_${randomUUID()}`;
+    let reserved = false;
+    try {
+      // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
+      // before the engine runs, so concurrent uploads cannot overspend the window.
+      const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
+      const decision = await budget.reserve(
+        { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
+        windowLimit,
+      );
+      if (!decision.ok) throw quotaExhausted(windowLimit);
+      reserved = true;
+      // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
+      const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
+      let result: TranscribeResult;
       try {
-        // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
-        // before the engine runs, so concurrent uploads cannot overspend the window.
-        const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
-        const decision = await budget.reserve(
-          { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
-          windowLimit,
-        );
-        if (!decision.ok) throw quotaExhausted(windowLimit);
-        reserved = true;
-        // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
-        const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
-        let result: TranscribeResult;
-        try {
-          result = await transcribeClip(
+        // The clip's turn in the engine among this process's clips: a key past its share waits in its own line.
+        result = await inTurn(share, principal.keyId, signal, async () =>
+          transcribeClip(
             deps.speech,
             audio,
             { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
             policy,
             stream && { slices: await streamPieces(audio, deps.config.batch), onPiece: stream.onPiece },
-          );
-        } catch (err) {
-          if (!stream?.started) throw err;
-          // Words were sent: the stream ends with the error (a failed clip is not billed, streamed or not).
-          ctx.state.log?.warn({ err }, 'streamed transcription failed after its first words');
-          return stream.fail(err);
-        }
-        // Every transcribed clip is billed, silent or empty ones included.
-        await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
-        if (stream) return stream.done(result);
-        respond(ctx, { response_format: form.response_format }, audio.seconds, result);
-      } finally {
-        await audio.dispose();
-        // Billed (the bill now counts in the window) or failed: the reservation has done its work.
-        if (reserved) void budget.release('segment', refId);
+          ),
+        );
+      } catch (err) {
+        if (!stream?.started) throw err;
+        // Words were sent: the stream ends with the error (a failed clip is not billed, streamed or not).
+        ctx.state.log?.warn({ err }, 'streamed transcription failed after its first words');
+        return stream.fail(err);
       }
+      // Every transcribed clip is billed, silent or empty ones included.
+      await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
+      if (stream) return stream.done(result);
+      respond(ctx, { response_format: form.response_format }, audio.seconds, result);
+    } finally {
+      await audio.dispose();
+      // Billed (the bill now counts in the window) or failed: the reservation has done its work.
+      if (reserved) void budget.release('segment', refId);
     }
   };
 }
