@@ -1,8 +1,7 @@
 /**
  * Work of this process shared fairly between keys (issue 41): at most `size`
- * units at once. One key holds at most `perKey` of them while another key
- * holds or waits for one; alone, it may borrow the rest (a lone tenant keeps
- * the whole capacity). When a unit frees it goes to the waiting key that
+ * units at once, one key at most `perKey` of them; with `borrow`, a key alone
+ * may take the rest while no other key holds or waits for one. When a unit frees it goes to the waiting key that
  * holds fewest (in turn among equals), so a key's backlog waits in its own
  * line and another key's work is next. A waiter whose signal aborts leaves
  * its line at once. Used for segment clips (per API key) and batch engine
@@ -17,8 +16,19 @@ export class FairShare {
   constructor(
     readonly size: number,
     readonly perKey: number,
+    /**
+     * Whether a key alone may borrow the slots beyond its share (work-conserving:
+     * another key then waits for one of its units to end). Off, the rest stays
+     * free for other keys whatever happens (a newcomer starts at once).
+     */
+    private readonly borrow = true,
   ) {
     this.free = size;
+  }
+
+  /** The key waits only because it holds its share (there are free slots it may not take). */
+  overShare(key: string): boolean {
+    return this.free > 0 && !this.mayTake(key);
   }
 
   /** Clips of `key` being worked on now. */
@@ -44,6 +54,7 @@ export class FairShare {
   /** Under its share, or no other key holds or waits for a slot (it borrows what would stand idle). */
   private mayTake(key: string): boolean {
     if (this.held(key) < this.perKey) return true;
+    if (!this.borrow) return false;
     for (const k of this.running.keys()) if (k !== key) return false;
     for (const k of this.lines.keys()) if (k !== key) return false;
     return true;

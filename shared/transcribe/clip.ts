@@ -38,7 +38,7 @@ import {
 } from '../stt/types.js';
 import { HttpRefusal } from '../http/refusal.js';
 import { DISK_RETRY_AFTER_SECONDS, InsufficientStorageError, isDiskFull } from '../disk.js';
-import { Semaphore } from '../semaphore.js';
+import { FairShare } from '../fairShare.js';
 import { type OnPiece, transcribePieces } from './long.js';
 import type { Slice } from '../audio/slicing.js';
 
@@ -57,7 +57,8 @@ export const DECODE_QUEUE_MS = 10_000;
  * with its length.
  */
 export const SPOOL_AFTER_SECONDS = 120;
-const decodeSlots = new Semaphore(DECODES_PER_PROCESS);
+/** Decoders of this process, in turn between keys (a key's queued uploads do not hold another key's). */
+const decodeSlots = new FairShare(DECODES_PER_PROCESS, DECODES_PER_PROCESS);
 
 /** What a tier's refusals depend on. */
 export interface ClipPolicy {
@@ -98,6 +99,8 @@ export async function decodeClip(
     audio: { ffmpegPath: string; decodeTimeoutMs: number };
     /** The longest audio taken (seconds). */
     maxSeconds: number;
+    /** Whose upload (the API key): decoders are handed out in turn between keys. */
+    key?: string;
     signal: AbortSignal;
   },
 ): Promise<DecodedAudio> {
@@ -113,7 +116,7 @@ export async function decodeClip(
   opts.signal.addEventListener('abort', onClientGone, { once: true });
   const waited = wait.signal;
   try {
-    return await decodeSlots.run(waited, () =>
+    return await decodeSlots.run(opts.key ?? '', waited, () =>
       decodeUpload(file, {
         ffmpegPath: opts.audio.ffmpegPath,
         timeoutMs: opts.audio.decodeTimeoutMs,

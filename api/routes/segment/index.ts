@@ -62,10 +62,10 @@ function isJsonBody(ctx: Context): boolean {
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
   const budget = new UsageBudget(deps.db, deps.config.usageWindowSeconds);
-  const share = new FairShare(
-    DECODES_PER_PROCESS,
-    Math.max(1, Math.floor(DECODES_PER_PROCESS * cfg.segment.keyShare)),
-  );
+  // A key keeps to its share even alone (SEGMENT_KEY_SHARE=1 gives it everything): a newcomer's clip
+  // starts at once instead of after one of the busy key's clips.
+  const perKey = Math.max(1, Math.floor(DECODES_PER_PROCESS * cfg.segment.keyShare));
+  const share = new FairShare(DECODES_PER_PROCESS, perKey, false);
   return async (ctx) => {
     const principal = ctx.state.principal;
     const maxSeconds = principal.limits.maxAudioSecondsPerRequest;
@@ -89,7 +89,13 @@ export function segmentHandler(deps: AppDeps): Middleware {
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
     const signal = clientGone(ctx);
-    const audio = await decodeClip(upload.file, { ...policy, audio: cfg.audio, maxSeconds, signal });
+    const audio = await decodeClip(upload.file, {
+      ...policy,
+      audio: cfg.audio,
+      maxSeconds,
+      signal,
+      key: principal.keyId,
+    });
     // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
     // so cancel) another bill. The clip's budget reservation carries it too.
     const refId = `seg_${randomUUID()}`;

@@ -8,10 +8,15 @@ import { DECODE_QUEUE_MS } from '../../../shared/transcribe/clip.js';
 import { HttpRefusal } from '../../../shared/http/refusal.js';
 import type { FairShare } from '../../../shared/fairShare.js';
 
+/** How long a clip may wait behind its own key's clips (it queues behind itself, not behind the server). */
+export const OWN_LINE_MS = 120_000;
+
 /**
- * Runs `fn` in `key`'s turn, waiting at most DECODE_QUEUE_MS for it (then
- * 503 `engine_overloaded` with Retry-After, as for a decoder that does not
- * become free); the client leaving ends the wait at once.
+ * Runs `fn` in `key`'s turn. Waiting for a server that is full is bounded
+ * by DECODE_QUEUE_MS (then 503 `engine_overloaded` with Retry-After, as for
+ * a decoder that does not become free); waiting only behind the key's own
+ * clips (its share held, slots free for others), by OWN_LINE_MS. The client
+ * leaving ends the wait at once.
  */
 export async function inTurn<T>(
   share: FairShare,
@@ -20,10 +25,12 @@ export async function inTurn<T>(
   fn: () => Promise<T>,
 ): Promise<T> {
   const wait = new AbortController();
-  const timer = setTimeout(
-    () => wait.abort(new DOMException('clip slot wait timed out', 'TimeoutError')),
-    DECODE_QUEUE_MS,
-  );
+  const since = Date.now();
+  const check = () => {
+    if (share.overShare(key) && Date.now() - since < OWN_LINE_MS) timer = setTimeout(check, DECODE_QUEUE_MS);
+    else wait.abort(new DOMException('clip slot wait timed out', 'TimeoutError'));
+  };
+  let timer = setTimeout(check, DECODE_QUEUE_MS);
   const onClientGone = () => wait.abort(signal.reason);
   signal.addEventListener('abort', onClientGone, { once: true });
   const stopWaiting = () => {
