@@ -257,7 +257,8 @@ async function main(): Promise<void> {
     clearProgress();
     const normal = code === 1000;
     if (!normal) process.stderr.write(`stream: session closed ${code} ${reason.toString()}\n`);
-    if (dropped > 0) process.stderr.write(`stream: the server dropped ${(dropped / 1000).toFixed(1)} s of audio in all\n`);
+    if (dropped > 0)
+      process.stderr.write(`stream: the server dropped ${(dropped / 1000).toFixed(1)} s of audio in all\n`);
     process.exitCode = normal && failed === 0 && dropped === 0 ? 0 : 1;
   });
 }

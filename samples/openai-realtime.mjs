@@ -25,7 +25,10 @@ rt.socket.on('message', (data) => {
   console.error(`the server dropped ${((e.dropped_ms ?? 0) / 1000).toFixed(1)} s of audio (${e.reason})`);
   process.exitCode = 1;
 });
-rt.socket.on('close', () => lost && console.error(`${(lost / 1000).toFixed(1)} s of audio were not transcribed`));
+rt.socket.on(
+  'close',
+  () => lost && console.error(`${(lost / 1000).toFixed(1)} s of audio were not transcribed`),
+);
 rt.socket.on('open', () => {
   rt.send({
     type: 'session.update',
@@ -40,7 +43,19 @@ rt.socket.on('open', () => {
       },
     },
   });
-  const pcm = execFileSync('ffmpeg', ['-loglevel', 'error', '-i', file, '-ac', '1', '-ar', '24000', '-f', 's16le', '-']);
+  const pcm = execFileSync('ffmpeg', [
+    '-loglevel',
+    'error',
+    '-i',
+    file,
+    '-ac',
+    '1',
+    '-ar',
+    '24000',
+    '-f',
+    's16le',
+    '-',
+  ]);
   const all = Buffer.concat([pcm, Buffer.alloc(48000)]); // 1 s of silence ends the last turn
   // 100 ms of audio (4800 bytes at 24 kHz) every 100 ms.
   let off = 0;
