@@ -3,7 +3,7 @@
  * middle of a job; after a new worker process starts, the job completes and
  * no chunk that had been checkpointed is sent to the engine again.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
@@ -16,32 +16,13 @@ import {
   createBatchTestApp,
   issueKey,
   randomId,
-  repoRoot,
+  startWorkerProcess,
   startFileServer,
   tmpDir,
   waitFor,
   type BatchTestApp,
   type FileServer,
 } from './helpers.js';
-
-function startWorker(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  return new Promise((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
-    child.stdout!.on('data', (d: Buffer) => {
-      if (process.env.BATCH_TEST_DEBUG) process.stderr.write(d);
-      if (d.toString().includes('ready')) resolve(child);
-    });
-  });
-}
 
 describe('batch: crash and resume (SIGKILL of a real worker process)', function () {
   this.timeout(120_000);
@@ -82,7 +63,7 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
       STT_THREADS: '1',
       LOG_LEVEL: 'warn',
     };
-    child = await startWorker(env, callLog);
+    child = await startWorkerProcess(env, callLog);
 
     const requestId = randomId('crash');
     const sub = await request(t.server)
@@ -115,7 +96,7 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
       .set('authorization', `Bearer ${key}`);
     expect(mid.body.status).to.equal('running');
 
-    child = await startWorker(env, callLog);
+    child = await startWorkerProcess(env, callLog);
     const done = await waitFor(
       async () => {
         const r = await request(t.server)

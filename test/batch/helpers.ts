@@ -3,7 +3,7 @@
  * database, test recordings built from test/audio with sox, and a
  * loopback HTTP server that serves them (and records webhook calls).
  */
-import { execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -209,4 +209,44 @@ export async function pollJob(
     .get(`/v1/audio/transcriptions/jobs/${id}`)
     .set('authorization', `Bearer ${key}`);
   return res.body as { status: string; error: { name: string; message: string } | null };
+}
+
+/**
+ * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers, sweeper, real engine) with
+ * this environment; engine calls are appended to `callLog`. Resolves once it is ready.
+ */
+export function startWorkerProcess(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],
+    {
+      cwd: repoRoot,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  return new Promise((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      if (process.env.BATCH_TEST_DEBUG) process.stderr.write(d);
+      if (d.toString().includes('ready')) resolve(child);
+    });
+  });
+}
+
+/** About a minute of speech: six recordings (jfk.wav twice) with pauses between them, as `out`. */
+export function buildMinuteOfSpeech(out: string): string {
+  return buildRecording(
+    out,
+    [
+      'librispeech-1221-135766-0001.wav',
+      'jfk.wav',
+      'librivox-austen-0870.wav',
+      'librispeech-1089-134686-0001.wav',
+      'librivox-austen-0890.wav',
+      'jfk.wav',
+      'librivox-austen-0880.wav',
+    ],
+    0.8,
+  );
 }

@@ -6,7 +6,7 @@
  * fixture's busy loop); after two of them, the third errors the workflow
  * with `workflow_quarantined` and goes on serving other jobs.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
@@ -16,31 +16,13 @@ import {
   createBatchTestApp,
   issueKey,
   randomId,
-  repoRoot,
+  startWorkerProcess,
   startFileServer,
   tmpDir,
   waitFor,
   type BatchTestApp,
   type FileServer,
 } from './helpers.js';
-
-function startWorker(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],
-    {
-      cwd: repoRoot,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  return new Promise((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
-    child.stdout!.on('data', (d: Buffer) => {
-      if (d.toString().includes('ready')) resolve(child);
-    });
-  });
-}
 
 describe('batch: a workflow that stops its workers is quarantined', function () {
   this.timeout(180_000);
@@ -94,7 +76,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
 
     // Two workers in turn take the workflow and hang on it (their leases lapse); each is then killed.
     for (let crash = 1; crash <= 2; crash++) {
-      const w = await startWorker(env, callLog);
+      const w = await startWorkerProcess(env, callLog);
       children.push(w);
       await waitFor(
         async () => {
@@ -108,7 +90,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
       await kill(w);
     }
 
-    const w3 = await startWorker(env, callLog);
+    const w3 = await startWorkerProcess(env, callLog);
     children.push(w3);
     const done = await waitFor(
       async () => {

@@ -8,14 +8,7 @@
 import fs from 'node:fs';
 import { expect } from 'chai';
 import { connect, readPcm, silence, type Client } from '../realtime/helpers.js';
-import {
-  OwnPostgres,
-  ServiceProcess,
-  sleep,
-  startRealtimeStack,
-  tmpDir,
-  waitFor,
-} from './cluster.js';
+import { OwnPostgres, ServiceProcess, sleep, startRealtimeStack, tmpDir, waitFor } from './cluster.js';
 
 describe('faults: Postgres stopped while realtime sessions close', function () {
   this.timeout(240_000);

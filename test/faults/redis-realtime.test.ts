@@ -11,15 +11,7 @@ import fs from 'node:fs';
 import { expect } from 'chai';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { connect, readPcm, refused, silence, type Client } from '../realtime/helpers.js';
-import {
-  leaks,
-  OwnRedis,
-  queryUrl,
-  ServiceProcess,
-  startRealtimeStack,
-  tmpDir,
-  waitFor,
-} from './cluster.js';
+import { leaks, OwnRedis, queryUrl, ServiceProcess, startRealtimeStack, tmpDir, waitFor } from './cluster.js';
 
 /** Close codes of interface 7.3 a session may end with when a dependency fails. */
 const DOCUMENTED_CLOSES = [1000, 1001, 1008, 1011, 1013, 4408];
@@ -39,7 +31,11 @@ describe('faults: Redis stopped and restarted under realtime load', function () 
     redis = await OwnRedis.start();
     db = await createTestDatabase('stt_faults');
     let realtime;
-    ({ api, rt: realtime, key } = await startRealtimeStack({
+    ({
+      api,
+      rt: realtime,
+      key,
+    } = await startRealtimeStack({
       DATABASE_URL: db.url,
       REDIS_URL: redis.url,
       DATA_DIR: dataDir,

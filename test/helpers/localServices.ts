@@ -16,6 +16,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { runEmbeddedPostgres, type RunningPostgres } from '../../scripts/embedded/postgresProcess.js';
+import { freePort } from '../../scripts/cluster/processes.js';
 
 /** Whether something accepts TCP connections on 127.0.0.1:port within a second. */
 function answers(port: number): Promise<boolean> {
@@ -28,17 +29,6 @@ function answers(port: number): Promise<boolean> {
     s.once('connect', () => done(true));
     s.once('error', () => done(false));
     s.once('timeout', () => done(false));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
   });
 }
 

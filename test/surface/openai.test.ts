@@ -11,7 +11,7 @@ import OpenAI, { toFile } from 'openai';
 import { startSpeechApp, type SpeechTestApp } from '../speech/app.js';
 import { REPO_ROOT } from '../helpers/service.js';
 import { wer } from '../speech/helpers.js';
-import { buildRecording } from '../batch/helpers.js';
+import { buildMinuteOfSpeech } from '../batch/helpers.js';
 
 const SAMPLE = fs.readFileSync(path.join(REPO_ROOT, 'samples/jfk.wav'));
 const JFK =
@@ -56,21 +56,8 @@ describe('OpenAI compatibility: streaming, models, endpoints not offered', funct
   });
 
   it('streams as it decodes: the first delta of a minute of speech comes long before the answer ends', async () => {
-    // About 60 s: six recordings (two of them twice) with pauses between them.
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'stream-minute-'));
-    const minute = buildRecording(
-      path.join(dir, 'minute.wav'),
-      [
-        'librispeech-1221-135766-0001.wav',
-        'jfk.wav',
-        'librivox-austen-0870.wav',
-        'librispeech-1089-134686-0001.wav',
-        'librivox-austen-0890.wav',
-        'jfk.wav',
-        'librivox-austen-0880.wav',
-      ],
-      0.8,
-    );
+    const minute = buildMinuteOfSpeech(path.join(dir, 'minute.wav'));
     try {
       const started = performance.now();
       const stream = await client.audio.transcriptions.create({

@@ -115,6 +115,13 @@ export function cancelHandler(deps: AppDeps): Middleware {
   };
 }
 
+/** The `{workflowId}` path parameter of the poll and cancel operations. */
+const WORKFLOW_ID_PARAM = pathParam(
+  'workflowId',
+  { type: 'string', pattern: WORKFLOW_ID_PATTERN },
+  '`cf_` followed by 64 hex characters.',
+);
+
 const DEPRECATION_HEADER_DOCS = {
   Deprecation: { description: 'Always `true`.', schema: { type: 'string' } },
   Link: {
@@ -168,13 +175,7 @@ function pollDoc(operationId: string, deprecated: boolean): OperationDoc {
     tags: ['batch'],
     security: 'apiKey',
     ...(deprecated ? { deprecated: true } : {}),
-    parameters: [
-      pathParam(
-        'workflowId',
-        { type: 'string', pattern: WORKFLOW_ID_PATTERN },
-        '`cf_` followed by 64 hex characters.',
-      ),
-    ],
+    parameters: [WORKFLOW_ID_PARAM],
     responses: {
       '200': {
         description: 'Workflow status; `output` when complete, `error` when errored.',
@@ -255,16 +256,10 @@ export function routes(deps: AppDeps): Route[] {
         operationId: 'cancelTranscriptionJob',
         summary: 'Cancel a batch job',
         description:
-          'A queued or running job ends as `terminated` (`error.name` `cancelled`); a running one stops at its next lease renewal, at most a third of BATCH_LEASE_SECONDS later. Work billed before then stays billed. Cancelling a terminated job again answers it as it is.',
+          'A queued or running job ends as `terminated` (`error.name` `cancelled`); a running one stops at its next lease renewal, at most a third of BATCH_LEASE_SECONDS later. The chunks it had transcribed are billed; a resubmission with the same `request_id` reuses them without billing them again. Cancelling a terminated job again answers it as it is.',
         tags: ['batch'],
         security: 'apiKey',
-        parameters: [
-          pathParam(
-            'workflowId',
-            { type: 'string', pattern: WORKFLOW_ID_PATTERN },
-            '`cf_` followed by 64 hex characters.',
-          ),
-        ],
+        parameters: [WORKFLOW_ID_PARAM],
         responses: {
           '200': { description: 'The workflow, now `terminated`.', schema: componentRef('WorkflowStatus') },
           '401': { description: 'Authentication failed.', schema: componentRef('BatchError') },

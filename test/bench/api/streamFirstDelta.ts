@@ -12,25 +12,11 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import { startSpeechApp } from '../../speech/app.js';
-import { buildRecording } from '../../batch/helpers.js';
+import { buildMinuteOfSpeech } from '../../batch/helpers.js';
 
 const rounds = Number(process.argv.find((a) => a.startsWith('--rounds='))?.split('=')[1] ?? 3);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-stream-'));
-const minute = fs.readFileSync(
-  buildRecording(
-    path.join(dir, 'minute.wav'),
-    [
-      'librispeech-1221-135766-0001.wav',
-      'jfk.wav',
-      'librivox-austen-0870.wav',
-      'librispeech-1089-134686-0001.wav',
-      'librivox-austen-0890.wav',
-      'jfk.wav',
-      'librivox-austen-0880.wav',
-    ],
-    0.8,
-  ),
-);
+const minute = fs.readFileSync(buildMinuteOfSpeech(path.join(dir, 'minute.wav')));
 const t = await startSpeechApp({ LOG_LEVEL: 'warn', STT_BUILTIN_TIMEOUT_BASE_MS: '120000' });
 const { key } = await t.issueKey('pro');
 const client = new OpenAI({ apiKey: key, baseURL: `${t.url}/v1`, maxRetries: 0 });

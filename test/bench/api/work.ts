@@ -74,6 +74,8 @@ console.log('| work added per request | req/s | vs no work | server CPU µs/req 
 console.log('|---|---|---|---|');
 for (const w of works) {
   const r = median(rps.get(w)!);
-  console.log(`| ${w} µs | ${Math.round(r)} | ${((r / base) * 100).toFixed(0)}% | ${median(cpu.get(w)!).toFixed(1)} |`);
+  console.log(
+    `| ${w} µs | ${Math.round(r)} | ${((r / base) * 100).toFixed(0)}% | ${median(cpu.get(w)!).toFixed(1)} |`,
+  );
 }
 process.exit(0);
