@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { BatchConfig, WebhookConfig } from '../../shared/config/batch.js';
 import { OutboundClient, OutboundError } from './net/index.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
-import type { WorkflowRepo } from './repo.js';
+import type { WorkflowRepo, WorkflowRow } from './repo.js';
 import { artifactKeys } from './artifacts.js';
 import { STEPS } from './steps/order.js';
 import { signedHeaders, tenantSecret } from './signing.js';
@@ -77,9 +77,11 @@ export class WebhookDeliverer {
     },
   ) {}
 
-  async payload(workflowId: string): Promise<{ url: string; body: string; ownerId: string } | null> {
-    const row = await this.d.repo.get(workflowId);
-    if (!row?.params.webhook_url) return null;
+  /** The message of a finished workflow (its results read from the row, or the store). */
+  private async payload(
+    row: WorkflowRow,
+    url: string,
+  ): Promise<{ url: string; body: string; ownerId: string }> {
     const store = tenantStore(this.d.store, row.owner_id);
     const keys = artifactKeys(row.request_id);
     const complete = row.status === 'complete';
@@ -103,7 +105,7 @@ export class WebhookDeliverer {
         },
       },
     };
-    return { url: row.params.webhook_url, body: JSON.stringify(payload), ownerId: row.owner_id };
+    return { url, body: JSON.stringify(payload), ownerId: row.owner_id };
   }
 
   /** Deliveries in flight from this process, per tenant and per tenant's receiver (`host:port`). */
@@ -120,12 +122,13 @@ export class WebhookDeliverer {
   async deliver(
     job: WebhookDeliveryJob,
   ): Promise<'delivered' | 'failed' | 'gone' | 'abandoned' | 'skipped' | 'deferred'> {
-    const p = await this.payload(job.workflowId);
-    if (!p) return 'skipped';
+    const row = await this.d.repo.get(job.workflowId);
+    const url = row?.params.webhook_url;
+    if (!row || !url) return 'skipped';
     const { concurrency, perReceiver } = this.d.config.webhook;
     const slots: [string, number][] = [
-      [`tenant ${p.ownerId}`, Math.max(1, Math.floor(concurrency / 2))],
-      [`receiver ${p.ownerId} ${receiverOf(p.url)}`, perReceiver],
+      [`tenant ${row.owner_id}`, Math.max(1, Math.floor(concurrency / 2))],
+      [`receiver ${row.owner_id} ${receiverOf(url)}`, perReceiver],
     ];
     if (slots.some(([k, cap]) => (this.inFlight.get(k) ?? 0) >= cap)) {
       await this.d.schedule(job, RECEIVER_BUSY_DELAY_SECONDS);
@@ -133,7 +136,8 @@ export class WebhookDeliverer {
     }
     for (const [k] of slots) this.inFlight.set(k, (this.inFlight.get(k) ?? 0) + 1);
     try {
-      return await this.attempt(job, p);
+      // Built only for an attempt: a delivery put back for its receiver's share reads no results.
+      return await this.attempt(job, await this.payload(row, url));
     } finally {
       for (const [k] of slots) {
         const left = (this.inFlight.get(k) ?? 1) - 1;
