@@ -40,6 +40,13 @@ export interface Binding {
   ps_get_lm: Fn;
   ngram_wid: Fn;
   ngram_ng_prob: Fn;
+  ps_add_word: Fn;
+  ngram_model_read: Fn;
+  ngram_model_free: Fn;
+  ngram_model_set_add: Fn;
+  ngram_model_set_remove: Fn;
+  ngram_model_set_select: Fn;
+  ngram_model_set_interp: Fn;
 }
 
 let binding: Binding | undefined;
@@ -95,6 +102,22 @@ export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: str
     // history: the preceding words' ids, most recent first.
     ngram_ng_prob: sb.func(
       'int ngram_ng_prob(void *model, int wid, const int *history, int n_hist, _Out_ int *n_used)',
+    ),
+    // Prompts and vocabularies (bias.ts): words added to the dictionary, models added to the search's set.
+    ps_add_word: ps.func('int ps_add_word(void *ps, const char *word, const char *phones, int update)'),
+    ngram_model_read: sb.func(
+      'void *ngram_model_read(void *config, const char *file, int type, void *lmath)',
+    ),
+    ngram_model_free: sb.func('int ngram_model_free(void *model)'),
+    ngram_model_set_add: sb.func(
+      'void *ngram_model_set_add(void *set, void *model, const char *name, float weight, int reuse_widmap)',
+    ),
+    ngram_model_set_remove: sb.func(
+      'void *ngram_model_set_remove(void *set, const char *name, int reuse_widmap)',
+    ),
+    ngram_model_set_select: sb.func('void *ngram_model_set_select(void *set, const char *name)'),
+    ngram_model_set_interp: sb.func(
+      'void *ngram_model_set_interp(void *set, const char **names, const float *weights)',
     ),
   };
   // Logging off, process-wide. sphinxbase keeps ONE global log FILE; `-logfn` makes every ps_init

@@ -9,6 +9,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import koffi from 'koffi';
+import { FRONT_END_ROWS, frontEndBuffers, nativeRows, type FrontEndBuffers } from './native.js';
+import { SearchBias } from './bias.js';
+import type { BiasSpec } from '../bias/compile.js';
 import {
   CEPSTRUM_LENGTH,
   CmnNormaliser,
@@ -23,8 +26,6 @@ const SEARCH_FRAMES = 3;
 /** The front end's frame shift and window in samples at 16 kHz (`-frate 100`, `-wlen 0.025625`). */
 const FRAME_SHIFT = 160;
 const FRAME_SAMPLES = 410;
-/** Rows one fe_process_frames call may return: the frame, and those held back before speech (`-vad_prespeech` 20). */
-const FRONT_END_ROWS = 128;
 
 /**
  * Samples to drop from the front of an utterance that starts `streamPosition`
@@ -35,40 +36,6 @@ const FRONT_END_ROWS = 128;
 export function gridSkip(streamPosition: number | undefined): number {
   if (streamPosition === undefined || streamPosition <= 0) return 0;
   return (FRAME_SHIFT - (Math.round(streamPosition) % FRAME_SHIFT)) % FRAME_SHIFT;
-}
-
-interface FrontEndBuffers {
-  /** FRONT_END_ROWS rows of cepstra, and the `mfcc_t **` pointing at them. */
-  data: unknown;
-  pointers: unknown;
-  /** `const int16 **inout_spch` and `size_t *inout_nsamps` of fe_process_frames. */
-  spch: unknown;
-  nsamps: unknown;
-}
-
-/** An `mfcc_t **` over `rows` rows of CEPSTRUM_LENGTH floats: native memory, freed by the caller. */
-function nativeRows(values: Float32Array | undefined, rows: number): { data: unknown; pointers: unknown } {
-  const data: unknown = koffi.alloc('float', rows * CEPSTRUM_LENGTH);
-  if (values)
-    koffi.encode(
-      data,
-      'float',
-      Array.from(values.subarray(0, rows * CEPSTRUM_LENGTH)),
-      rows * CEPSTRUM_LENGTH,
-    );
-  const pointers: unknown = koffi.alloc('void *', rows);
-  const base = BigInt(koffi.address(data));
-  for (let i = 0; i < rows; i++)
-    koffi.encode(pointers, i * 8, 'uint64_t', base + BigInt(i * CEPSTRUM_LENGTH * 4));
-  return { data, pointers };
-}
-
-function frontEndBuffers(): FrontEndBuffers {
-  return {
-    ...nativeRows(undefined, FRONT_END_ROWS),
-    spch: koffi.alloc('void *', 1),
-    nsamps: koffi.alloc('size_t', 1),
-  };
 }
 
 export interface DecoderOptions {
@@ -87,6 +54,8 @@ export interface DecoderOptions {
    * audio and PocketSphinx's live normalisation applies.
    */
   sessionCmn?: CmnSettings;
+  /** The lexicon's `extras` model (bias/lexicon.ts): the decoder takes prompts (bias.ts). */
+  extras?: string;
 }
 
 export interface RecognizedWord {
@@ -140,6 +109,7 @@ export class Decoder {
   private clipIo: FrontEndBuffers | undefined;
   /** The search's language model (sentenceEnd). */
   private lm: unknown;
+  private readonly searchBias: SearchBias | undefined;
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
@@ -161,6 +131,23 @@ export class Decoder {
       if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
       this.rows = nativeRows(undefined, SEARCH_FRAMES);
     }
+    if (opts.extras)
+      this.searchBias = new SearchBias(
+        this.b,
+        this.ps,
+        this.b.ps_get_lm(this.ps, this.b.ps_get_search(this.ps)),
+        opts.extras,
+      );
+  }
+
+  /** The prompt and vocabulary of the next utterance (undefined: none); a no-op on a decoder without `extras`. */
+  bias(spec: BiasSpec | undefined): void {
+    this.searchBias?.apply(spec);
+  }
+
+  /** The decoder has added as many words as it may hold: its owner replaces it. */
+  get wornOut(): boolean {
+    return this.searchBias?.wornOut ?? false;
   }
 
   /**
@@ -424,6 +411,7 @@ export class Decoder {
       this.rows = undefined;
     }
     this.lm = undefined;
+    this.searchBias?.close();
     if (this.ps) {
       this.b.ps_free(this.ps);
       this.ps = undefined;
