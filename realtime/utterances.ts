@@ -244,6 +244,8 @@ export class UtteranceTracker {
         this.speech?.begin({
           language,
           streamPosition: this.sessionSample(ev.audioStartMs),
+          prompt: this.openPrompt,
+          vocabulary: this.host.principal.vocabulary,
         }) ?? null;
       this.host.emit(events.speechStarted(this.openIndex, this.openStartMs));
     } else {
@@ -339,6 +341,7 @@ export class UtteranceTracker {
           streamPosition: this.sessionSample(startMs),
           language: language === 'auto' ? undefined : language,
           prompt,
+          vocabulary: this.host.principal.vocabulary,
           model: this.host.settings.sttModel,
           signal: abort.signal,
         });

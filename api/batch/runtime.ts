@@ -329,6 +329,7 @@ export class BatchRuntime {
       language: normalizeLanguage(body.language),
       model: body.model,
       prompt: body.prompt,
+      ...(principal.vocabulary ? { vocabulary: principal.vocabulary } : {}),
       // Defaults come from the schema (ajv fills them in); the config bounds them.
       segment_seconds: Math.max(body.segment_seconds, this.d.config.batch.minSegmentSeconds),
       response_format: body.response_format,

@@ -16,6 +16,8 @@ export interface WorkflowParams {
   language?: string;
   model?: string;
   prompt?: string;
+  /** The key's vocabulary when the job was submitted (issue 37). */
+  vocabulary?: import('../../shared/stt/bias/compile.js').VocabularyEntry[];
   segment_seconds: number;
   response_format: string;
   concurrency: number;

@@ -10,7 +10,7 @@ import type { RouterMiddleware } from '@koa/router';
 import type { Middleware } from 'koa';
 import type { OperationSpec } from '../openapi/registry.js';
 
-export type RouteMethod = 'get' | 'post' | 'delete' | 'all';
+export type RouteMethod = 'get' | 'post' | 'put' | 'delete' | 'all';
 
 /** An OpenAPI operation without what the route already says (method and path). */
 export type OperationDoc = Omit<OperationSpec, 'method' | 'path'>;

@@ -20,6 +20,7 @@ import * as segment from './segment/index.js';
 import * as artifacts from './artifacts/index.js';
 import * as jobs from './jobs/index.js';
 import * as webhooks from './webhooks/index.js';
+import * as vocabulary from './vocabulary/index.js';
 import * as openai from './openai/index.js';
 import * as stream from './stream/index.js';
 
@@ -38,6 +39,7 @@ export function apiRoutes(deps: AppDeps): Route[] {
     ...artifacts.routes(deps),
     ...jobs.routes(deps),
     ...webhooks.routes(deps),
+    ...vocabulary.routes(deps),
   ];
   return all;
 }

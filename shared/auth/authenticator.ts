@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import type { PlanCatalog, PlanLimits } from '../plans.js';
 import { type KeyRow, type KeyStatus, type KeyStore, effectiveStatus, tenantOf } from './keyStore.js';
 import { hashApiKey, looksLikeApiKey } from './keys.js';
+import type { VocabularyEntry } from '../stt/bias/compile.js';
 import { issueSessionToken, verifySessionToken } from './sessionTokens.js';
 
 export interface Principal {
@@ -16,6 +17,8 @@ export interface Principal {
   ownerId: string;
   plan: string;
   limits: PlanLimits;
+  /** The key's stored vocabulary (issue 37), when it has one. */
+  vocabulary?: VocabularyEntry[];
   /** How the caller authenticated. */
   via: 'api_key' | 'session_token';
 }
@@ -206,7 +209,14 @@ export class Authenticator {
     const plan = this.plans.has(row.plan) ? row.plan : 'free';
     return {
       ok: true,
-      principal: { keyId: row.id, ownerId: tenantOf(row), plan, limits: this.plans.limits(plan), via },
+      principal: {
+        keyId: row.id,
+        ownerId: tenantOf(row),
+        plan,
+        limits: this.plans.limits(plan),
+        ...(row.vocabulary?.length ? { vocabulary: row.vocabulary } : {}),
+        via,
+      },
     };
   }
 

@@ -4,6 +4,7 @@
  */
 import type { Knex } from 'knex';
 import type { PlanCatalog, PlanLimits } from '../plans.js';
+import type { VocabularyEntry } from '../stt/bias/compile.js';
 import { generateApiKey, generateKeyId, hashApiKey, keyPrefixOf, lastFourOf } from './keys.js';
 
 export interface KeyRow {
@@ -19,6 +20,8 @@ export interface KeyRow {
   revoked_at: Date | null;
   last_used_at: Date | null;
   created_at: Date;
+  /** Words that bias the built-in engine on every request of the key (issue 37). */
+  vocabulary?: VocabularyEntry[] | null;
 }
 
 export type KeyStatus = 'active' | 'revoked' | 'expired';
@@ -181,6 +184,15 @@ export class KeyStore {
   }
 
   /** Revokes a key; revoking twice keeps the first revocation time. */
+  /** Replaces a key's vocabulary (null or empty: none); the row, or undefined when no such key. */
+  async setVocabulary(id: string, entries: VocabularyEntry[] | null): Promise<KeyRow | undefined> {
+    const value = entries && entries.length > 0 ? JSON.stringify(entries) : null;
+    const [row] = await this.db<KeyRow>('api_keys')
+      .where({ id })
+      .update({ vocabulary: value } as never, '*');
+    return row as KeyRow | undefined;
+  }
+
   async revoke(id: string): Promise<KeyRow | undefined> {
     const [row] = await this.db<KeyRow>('api_keys')
       .where('id', id)

@@ -22,6 +22,7 @@ import { normalizeLanguage } from './language.js';
 import { measured } from './metrics.js';
 import { startThread } from './workerThread.js';
 import { StreamingPool } from './streaming.js';
+import { promptBias, respell, specFor, type BiasSpec, type PromptBias } from './bias/index.js';
 import {
   EngineBusyError,
   SpeechError,
@@ -36,6 +37,7 @@ export const BUILTIN_LANGUAGES = ['en'];
 interface Job {
   id: number;
   pcm: Buffer;
+  bias?: BiasSpec;
   pinned?: number;
   abort: SharedArrayBuffer;
   resolve: (r: { words: RecognizedWord[]; decodeMs: number; thread: number }) => void;
@@ -70,11 +72,14 @@ export class BuiltinEngine implements SpeechEngine {
   private loadFailures = 0;
   private everReady = false;
   private broken: Error | undefined;
+  /** Prompts and vocabularies (bias/); undefined when the lexicon could not be made. */
+  private readonly bias: PromptBias | undefined;
 
   constructor(
     private readonly cfg: SpeechConfig['builtin'],
     private readonly log: Logger,
   ) {
+    this.bias = promptBias(cfg, log);
     this.readyOnce = new Promise((resolve, reject) => {
       this.markReady = resolve;
       this.markFailed = reject;
@@ -110,13 +115,13 @@ export class BuiltinEngine implements SpeechEngine {
 
   openStream(): SpeechStream {
     if (!this.cfg.streaming || this.closed || this.broken) return { begin: () => null, close: () => {} };
-    this.streaming ??= new StreamingPool(this.cfg, this.log);
+    this.streaming ??= new StreamingPool(this.cfg, this.log, this.bias);
     return this.streaming.open();
   }
 
   startStreaming(): Promise<void> {
     if (!this.cfg.streaming || this.closed || this.broken) return Promise.resolve();
-    this.streaming ??= new StreamingPool(this.cfg, this.log);
+    this.streaming ??= new StreamingPool(this.cfg, this.log, this.bias);
     return this.streaming.ready();
   }
 
@@ -169,9 +174,10 @@ export class BuiltinEngine implements SpeechEngine {
     const skip = gridSkip(req.streamPosition);
     const pcm = skip > 0 && req.pcm.length > skip * 2 ? req.pcm.subarray(skip * 2) : req.pcm;
     const offset = pcm === req.pcm ? 0 : skip / SAMPLE_RATE;
+    const bias = specFor(this.bias, req.prompt, req.vocabulary);
     const out = await new Promise<{ words: RecognizedWord[]; decodeMs: number; thread: number }>(
       (resolve, reject) => {
-        const job: Job = { id: this.nextId++, pcm, pinned, abort, resolve, reject };
+        const job: Job = { id: this.nextId++, pcm, bias, pinned, abort, resolve, reject };
         const giveUp = (err: Error) => {
           Atomics.store(new Int32Array(abort), 0, 1);
           const i = this.queue.indexOf(job);
@@ -215,7 +221,7 @@ export class BuiltinEngine implements SpeechEngine {
         this.pump();
       },
     );
-    const words = out.words.map((w) => ({
+    const words = respell(out.words, bias).map((w) => ({
       word: w.word,
       start: offset + w.startFrame * FRAME_SECONDS,
       end: offset + (w.endFrame + 1) * FRAME_SECONDS,
@@ -259,11 +265,18 @@ export class BuiltinEngine implements SpeechEngine {
     }
   }
 
+  /** The decoders' dictionary, and the extras model when prompts can bias them. */
+  private lexicon(): { dict: string; extras?: string } {
+    return this.bias
+      ? { dict: this.bias.files.dict, extras: this.bias.files.extras }
+      : { dict: this.cfg.dict };
+  }
+
   private spawn(index: number): void {
     const worker = startThread('./pocketsphinx/thread', {
       hmm: this.cfg.hmm,
       lm: this.cfg.lm,
-      dict: this.cfg.dict,
+      ...this.lexicon(),
       pocketsphinxLibrary: this.cfg.pocketsphinxLibrary,
       sphinxbaseLibrary: this.cfg.sphinxbaseLibrary,
       extraArgs: this.cfg.extraArgs,
@@ -339,7 +352,9 @@ export class BuiltinEngine implements SpeechEngine {
       // Copy into a transferable buffer; the request's Buffer may be a view on a pooled slab.
       const pcm = new ArrayBuffer(job.pcm.length - (job.pcm.length % 2));
       new Uint8Array(pcm).set(job.pcm.subarray(0, pcm.byteLength));
-      thread.worker.postMessage({ id: job.id, pcm, abort: job.abort } satisfies DecodeJob, [pcm]);
+      thread.worker.postMessage({ id: job.id, pcm, abort: job.abort, bias: job.bias } satisfies DecodeJob, [
+        pcm,
+      ]);
     }
   }
 }

@@ -9,6 +9,7 @@ import { RemotePool } from './remote.js';
 import type { SpeechEngine } from './types.js';
 
 export * from './types.js';
+export type { VocabularyEntry } from './bias/compile.js';
 export { BuiltinEngine } from './builtin.js';
 export { RemotePool } from './remote.js';
 export { normalizeLanguage } from './language.js';

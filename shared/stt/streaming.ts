@@ -14,6 +14,7 @@ import type { FromStreamThread, StreamThreadData, ToStreamThread } from './pocke
 import { normalizeLanguage } from './language.js';
 import { buildTranscript } from './transcript.js';
 import { startThread } from './workerThread.js';
+import { respell, specFor, type BiasSpec, type PromptBias } from './bias/index.js';
 import {
   EngineBusyError,
   SpeechError,
@@ -69,6 +70,7 @@ export class StreamingPool {
   constructor(
     private readonly cfg: SpeechConfig['builtin'],
     private readonly log: Logger,
+    private readonly bias?: PromptBias,
   ) {
     const threads = Math.min(cfg.streamThreads, cfg.streamDecoders);
     for (let i = 0; i < threads; i++) {
@@ -99,7 +101,8 @@ export class StreamingPool {
     const data: StreamThreadData = {
       hmm: this.cfg.hmm,
       lm: this.cfg.lm,
-      dict: this.cfg.dict,
+      dict: this.bias?.files.dict ?? this.cfg.dict,
+      extras: this.bias?.files.extras,
       pocketsphinxLibrary: this.cfg.pocketsphinxLibrary,
       sphinxbaseLibrary: this.cfg.sphinxbaseLibrary,
       extraArgs: [...this.cfg.extraArgs, ...this.cfg.streamExtraArgs],
@@ -166,7 +169,8 @@ export class StreamingPool {
           this.fallbacks++;
           return null;
         }
-        return this.begin(home, stream, gridSkip(opts.streamPosition));
+        const bias = specFor(this.bias, opts.prompt, opts.vocabulary);
+        return this.begin(home, stream, gridSkip(opts.streamPosition), bias);
       },
       close: () => {
         if (closed) return;
@@ -182,7 +186,12 @@ export class StreamingPool {
     if (!lane.exited) lane.worker.postMessage(m, transfer);
   }
 
-  private begin(lane: Lane, stream: { id: number; active: number }, skip: number): StreamingUtterance {
+  private begin(
+    lane: Lane,
+    stream: { id: number; active: number },
+    skip: number,
+    bias: BiasSpec | undefined,
+  ): StreamingUtterance {
     const utt = this.nextUtt++;
     /** Bytes still to drop from the front (the utterance aligned to the stream's frame grid). */
     let toSkip = skip * 2;
@@ -194,7 +203,7 @@ export class StreamingPool {
       state = 'done';
       if (--stream.active === 0) lane.busy--;
     };
-    this.post(lane, { type: 'begin', utt, stream: stream.id });
+    this.post(lane, { type: 'begin', utt, stream: stream.id, bias });
     return {
       push: (whole) => {
         const pcm = toSkip > 0 ? whole.subarray(Math.min(toSkip, whole.length)) : whole;
@@ -255,7 +264,7 @@ export class StreamingPool {
             if (signal?.aborted) return onAbort();
             this.post(lane, { type: 'end', utt });
           });
-          const words = out.words.map((w) => ({
+          const words = respell(out.words, bias).map((w) => ({
             word: w.word,
             start: offset + w.startFrame * FRAME_SECONDS,
             end: offset + (w.endFrame + 1) * FRAME_SECONDS,

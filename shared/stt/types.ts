@@ -3,11 +3,15 @@
  * batch workflow). Input is always 16 kHz mono PCM16LE; decoding other formats
  * happens before (shared/audio).
  */
+import type { VocabularyEntry } from './bias/compile.js';
 export interface TranscribeRequest {
   /** 16 kHz mono signed 16-bit little-endian samples. */
   pcm: Buffer;
   language?: string;
+  /** Context hint: remote workers receive it as is; the built-in engine biases its search toward its words. */
   prompt?: string;
+  /** The API key's stored vocabulary (built-in engine; docs/decisions/speech.md "Prompt and vocabulary"). */
+  vocabulary?: VocabularyEntry[];
   model?: string;
   /** Pin a specific worker of a remote pool. */
   workerId?: string;
@@ -79,6 +83,9 @@ export interface SpeechStream {
   begin(opts: {
     language?: string;
     /** As TranscribeRequest.streamPosition. */ streamPosition?: number;
+    /** As TranscribeRequest's: the utterance's prompt and the key's vocabulary. */
+    prompt?: string;
+    vocabulary?: VocabularyEntry[];
   }): StreamingUtterance | null;
   close(): void;
 }

@@ -136,6 +136,7 @@ async function transcribePieces(
               pcm: pcm.subarray(bytes.start, Math.min(bytes.end, pcm.length)),
               language: p.language,
               prompt: p.prompt,
+              vocabulary: p.vocabulary,
               model: p.model,
               signal: pieceSignal,
               attemptTimeoutMs: engineAttemptTimeoutMs(config, piece.end - piece.start),

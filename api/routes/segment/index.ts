@@ -119,7 +119,14 @@ export function segmentHandler(deps: AppDeps): Middleware {
           transcribeClip(
             deps.speech,
             audio,
-            { language, prompt: form.prompt, model: form.model, workerId: form.worker_id, signal },
+            {
+              language,
+              prompt: form.prompt,
+              vocabulary: principal.vocabulary,
+              model: form.model,
+              workerId: form.worker_id,
+              signal,
+            },
             policy,
             stream && { slices: await streamPieces(audio, deps.config.batch), onPiece: stream.onPiece },
           ),

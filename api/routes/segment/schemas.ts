@@ -11,7 +11,11 @@ export const segmentFieldsSchema = {
       description: 'Model name passed to the service (ignored by the built-in engine)',
     },
     language: { type: 'string', description: 'ISO-639-1 hint' },
-    prompt: { type: 'string', description: 'Context prompt' },
+    prompt: {
+      type: 'string',
+      maxLength: 2000,
+      description: 'Context prompt (at most 2000 characters, as on the other planes)',
+    },
     response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
     worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
     stream: {

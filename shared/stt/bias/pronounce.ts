@@ -5,8 +5,9 @@
  * libespeak-ng, in-process) mapped from its phoneme names to the acoustic
  * model's 39 phones. On 3,000 dictionary words the mapping gives the
  * dictionary's pronunciation exactly for 62 % and a phone error rate of 8.9 %.
- * Flite's CMU lexicon rules (Debian's libflite, in-process) give a second
- * pronunciation: two rule sets cover more of the ways a name is said
+ * eSpeak NG's British English rules give a second pronunciation: two rule
+ * sets cover more of the ways a name is said. (Flite's rules, tried through
+ * libflite in-process, crashed the process in lex_lookup under load.)
  * (docs/decisions/speech.md "Prompt and vocabulary"). Called on the main
  * thread only: eSpeak NG keeps global state.
  */
@@ -105,7 +106,7 @@ export const PHONES = new Set(
 export const MAX_WORD_LETTERS = 40;
 
 interface Espeak {
-  phonemes(word: string): string | undefined;
+  phonemes(word: string, voice: string): string | undefined;
 }
 
 let espeak: Espeak | null | undefined;
@@ -120,11 +121,15 @@ function loadEspeak(): Espeak | null {
     );
     // AUDIO_OUTPUT_RETRIEVAL: no sound device; bit 15 of options: no exit when data is missing.
     if ((init(1, 0, null, 0x8000) as number) < 0) return null;
-    if ((voice('en-us') as number) !== 0) return null;
+    let current = '';
     const CHARS_UTF8 = 1;
     const SEPARATOR = '_'.charCodeAt(0) << 8;
     return {
-      phonemes(word) {
+      phonemes(word, name) {
+        if (name !== current) {
+          if ((voice(name) as number) !== 0) return undefined;
+          current = name;
+        }
         const bytes = Buffer.from(`${word}\0`, 'utf8');
         const text: unknown = koffi.alloc('uint8_t', bytes.length);
         const cursor: unknown = koffi.alloc('void *', 1);
@@ -143,49 +148,34 @@ function loadEspeak(): Espeak | null {
   }
 }
 
-let flite: ((word: string) => string[] | undefined) | null | undefined;
+/** Words looked up by letter-to-sound, kept (bounded) so that no word is looked up twice. */
+const made = new Map<string, string[][]>();
+const MADE_ENTRIES = 50_000;
 
-function loadFlite(): ((word: string) => string[] | undefined) | null {
-  try {
-    const core = koffi.load('libflite.so.1');
-    const lex = koffi.load('libflite_cmulex.so.1');
-    const init = lex.func('void *cmu_lex_init()');
-    const lookup = core.func('void *lex_lookup(void *lex, const char *word, const char *pos, void *feats)');
-    const car = core.func('void *val_car(void *v)');
-    const cdr = core.func('void *val_cdr(void *v)');
-    const str = core.func('const char *val_string(void *v)');
-    const del = core.func('void delete_val(void *v)');
-    const cmulex: unknown = init();
-    if (!cmulex) return null;
-    return (word) => {
-      const list: unknown = lookup(cmulex, word, null, null);
-      if (!list) return undefined;
-      const phones: string[] = [];
-      for (let v = list; v; v = cdr(v)) phones.push((str(car(v)) as string).replace(/\d$/, '').toUpperCase());
-      del(list);
-      // Flite's reduced vowel `ax` is the model's AH.
-      return phones.map((p) => (p === 'AX' ? 'AH' : p));
-    };
-  } catch {
-    return null;
-  }
+/** Letter-to-sound pronunciations of a word (eSpeak NG's American, then British rules when they differ), in CMU phones. */
+export function letterToSound(word: string): string[][] {
+  const hit = made.get(word);
+  if (hit) return hit;
+  const out = rules(word);
+  if (made.size >= MADE_ENTRIES) made.delete(made.keys().next().value!);
+  made.set(word, out);
+  return out;
 }
 
-/** Letter-to-sound pronunciations of a word (eSpeak NG's, then Flite's when it differs), in CMU phones. */
-export function letterToSound(word: string): string[][] {
+function rules(word: string): string[][] {
   const out: string[][] = [];
-  const e = espeakPhones(word);
+  const e = espeakPhones(word, 'en-us');
   if (e) out.push(e);
-  if (flite === undefined) flite = loadFlite();
-  const f = flite?.(word);
-  if (f && f.length > 0 && f.every((p) => PHONES.has(p)) && f.join(' ') !== e?.join(' ')) out.push(f);
+  // British English rules as a second pronunciation: names are said more than one way.
+  const gb = espeakPhones(word, 'en');
+  if (gb && gb.join(' ') !== e?.join(' ')) out.push(gb);
   return out;
 }
 
 /** eSpeak NG's phonemes for a word in CMU phones, or undefined when it has none or names one not mapped. */
-function espeakPhones(word: string): string[] | undefined {
+function espeakPhones(word: string, voice: string): string[] | undefined {
   if (espeak === undefined) espeak = loadEspeak();
-  const out = espeak?.phonemes(word);
+  const out = espeak?.phonemes(word, voice);
   if (!out) return undefined;
   const phones: string[] = [];
   for (const raw of out.trim().split(/[_\s]+/)) {

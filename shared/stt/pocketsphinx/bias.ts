@@ -55,6 +55,11 @@ export class SearchBias {
     return this.added.size >= MAX_ADDED_WORDS;
   }
 
+  cost(spec: BiasSpec | undefined): number {
+    if (!spec || spec.id === this.current) return 0;
+    return spec.words.every((w) => this.added.has(w.word)) ? 1 : 2;
+  }
+
   /** Makes the next utterance's search use the spec (undefined: the general model alone). */
   apply(spec: BiasSpec | undefined): void {
     if (spec && spec.id !== this.current) {

@@ -145,6 +145,11 @@ export class Decoder {
     this.searchBias?.apply(spec);
   }
 
+  /** What applying the spec would cost: 0 held already, 1 a small model to read, 2 words to add. */
+  biasCost(spec: BiasSpec | undefined): number {
+    return this.searchBias?.cost(spec) ?? 0;
+  }
+
   /** The decoder has added as many words as it may hold: its owner replaces it. */
   get wornOut(): boolean {
     return this.searchBias?.wornOut ?? false;

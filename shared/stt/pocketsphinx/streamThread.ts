@@ -9,6 +9,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { performance } from 'node:perf_hooks';
 import { initialCmn, type CmnEstimate, type CmnSettings } from './cmn.js';
 import { Decoder, type DecoderOptions, type RecognizedWord } from './decoder.js';
+import type { BiasSpec } from '../bias/compile.js';
 
 export interface StreamThreadData extends DecoderOptions {
   sessionCmn: CmnSettings;
@@ -17,7 +18,7 @@ export interface StreamThreadData extends DecoderOptions {
 }
 
 export type ToStreamThread =
-  | { type: 'begin'; utt: number; stream: number }
+  | { type: 'begin'; utt: number; stream: number; bias?: BiasSpec }
   | { type: 'feed'; utt: number; pcm: ArrayBuffer }
   | { type: 'end'; utt: number }
   /** How likely the words so far end a sentence (answered with `sentenceEnd`). */
@@ -46,6 +47,21 @@ port.postMessage({
   initMs: Math.round(performance.now() - started),
 } satisfies FromStreamThread);
 
+/**
+ * An idle decoder, preferring one that applies the spec at the least cost (it holds the spec, or its
+ * words): a new word rebuilds a decoder's search tree, which holds up every session homed here.
+ */
+function takeIdle(bias: BiasSpec | undefined): Decoder | undefined {
+  let best = -1;
+  for (let i = 0; i < idle.length; i++)
+    if (best < 0 || idle[i].biasCost(bias) < idle[best].biasCost(bias)) best = i;
+  if (best < 0) return undefined;
+  const [dec] = idle.splice(best, 1);
+  if (!dec.wornOut) return dec;
+  dec.close();
+  return new Decoder(opts);
+}
+
 function release(utt: number): void {
   const dec = open.get(utt);
   open.delete(utt);
@@ -70,8 +86,9 @@ port.on('message', (m: ToStreamThread) => {
       let est = estimates.get(m.stream);
       if (!est) estimates.set(m.stream, (est = initialCmn()));
       try {
-        const dec = idle.pop() ?? new Decoder(opts);
+        const dec = takeIdle(m.bias) ?? new Decoder(opts);
         open.set(m.utt, dec);
+        dec.bias(m.bias);
         dec.begin(est);
       } catch (err) {
         fail(m.utt, err);

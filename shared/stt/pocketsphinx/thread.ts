@@ -5,6 +5,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { performance } from 'node:perf_hooks';
 import { Decoder, DecoderAbortedError, type DecoderOptions } from './decoder.js';
+import type { BiasSpec } from '../bias/compile.js';
 
 export interface DecodeJob {
   type?: 'decode';
@@ -12,6 +13,8 @@ export interface DecodeJob {
   pcm: ArrayBuffer;
   /** Int32 flag set to 1 by the pool to abandon the job (timeout, client gone). */
   abort: SharedArrayBuffer;
+  /** The request's compiled prompt and vocabulary (bias.ts). */
+  bias?: BiasSpec;
 }
 
 /** Asks the thread to free its decoder and exit on its own (see BuiltinEngine.close). */
@@ -26,7 +29,7 @@ export type ThreadMessage =
 
 const port = parentPort!;
 const started = performance.now();
-const decoder = new Decoder(workerData as DecoderOptions);
+let decoder = new Decoder(workerData as DecoderOptions);
 port.postMessage({ type: 'ready', initMs: Math.round(performance.now() - started) } satisfies ThreadMessage);
 
 port.on('message', (job: DecodeJob | CloseRequest) => {
@@ -40,6 +43,12 @@ port.on('message', (job: DecodeJob | CloseRequest) => {
   const flag = new Int32Array(job.abort);
   const t0 = performance.now();
   try {
+    if (decoder.wornOut) {
+      // It has added as many prompt words as it may hold: a fresh one takes its place.
+      decoder.close();
+      decoder = new Decoder(workerData as DecoderOptions);
+    }
+    decoder.bias(job.bias);
     const words = decoder.decode(new Int16Array(job.pcm), () => Atomics.load(flag, 0) !== 0);
     port.postMessage({
       type: 'result',
