@@ -1,5 +1,5 @@
 /**
- * Realtime benchmarks (figures recorded in docs/benchmarks.md, "## Realtime").
+ * Realtime benchmarks (figures recorded in docs/benchmarks/realtime.md).
  * Every server runs in its own process on this machine; clients run here.
  *
  *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000]
