@@ -25,6 +25,7 @@ import { newRequestId, newSessionId, type RealtimeSession } from './session.js';
 import { errorBody, writeJson } from './reply.js';
 import { clientAddress } from '../shared/http/clientAddress.js';
 import type { OpenAIConnect } from './openai.js';
+import { Occupancy } from './occupancy.js';
 
 /** What an admitted upgrade hands to its WebSocket (uWS user data). */
 export interface SocketData {
@@ -126,6 +127,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
   // whose credential is still being checked do not (made-up keys took real tenants' places, issue 36):
   // they are bounded on their own, per instance and per client address.
   let admitting = 0;
+  const occupancy = new Occupancy(sessions);
   /** Authenticated upgrades not yet sessions, by owner (they count toward the owner's share). */
   const admittingByOwner = new Map<string, number>();
   let authenticating = 0;
@@ -140,9 +142,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
     const { maxSessions, maxQueuedUtterances } = rt.overload;
     if (maxSessions > 0 && sessions.size + admitting >= maxSessions) return true;
     if (maxQueuedUtterances <= 0) return false;
-    let queued = 0;
-    for (const s of sessions) queued += s.inFlight.utterances;
-    return queued >= maxQueuedUtterances;
+    return occupancy.queuedUtterances() >= maxQueuedUtterances;
   };
 
   // One owner holds at most its share of the instance (REALTIME_OWNER_SHARE), so that one tenant's
@@ -155,9 +155,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
   const overOwnerShare = (ownerId: string) => {
     const cap = ownerCap();
     if (cap === Infinity) return false;
-    let held = admittingByOwner.get(ownerId) ?? 0;
-    for (const s of sessions) if (s.principal.ownerId === ownerId && !s.isClosed) held++;
-    return held >= cap;
+    return (admittingByOwner.get(ownerId) ?? 0) + occupancy.sessionsOf(ownerId) >= cap;
   };
 
   return (dialect = 'native') =>
@@ -322,6 +320,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           ...(openaiConnect && { openai: openaiConnect }),
         };
         metrics.upgrades.inc({ outcome: 'accepted' });
+        occupancy.admitted(owner);
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
       })()
         .catch((err) => {

@@ -3,8 +3,8 @@
  * limits driver (Redis in the scaled deployment): a handshake rate
  * (maxConnectionsPerMinute) and concurrent connections held as leases with a
  * TTL (maxConcurrentConnections). One timer renews all leases of this
- * instance; an instance that dies stops renewing and its slots free within
- * one TTL.
+ * instance, one store call per owner (key) whatever its number of sessions;
+ * an instance that dies stops renewing and its slots free within one TTL.
  *
  * A lease store that blips (Redis frozen, stopped, restarted) cannot be
  * trusted until every holder has renewed since: leases it let expire meanwhile
@@ -121,29 +121,34 @@ export class ConnectionQuota {
     }
   }
 
+  /**
+   * Renews every lease this instance holds, one store call per owner (not per
+   * session); leases that expired meanwhile (store outage, restart) are taken
+   * back in one more call per owner, and admission waits for this.
+   */
   async renewAll(): Promise<void> {
-    const entries = [...this.held.entries()];
+    const byOwner = new Map<string, { max: number; ids: string[] }>();
+    for (const [leaseId, h] of this.held) {
+      const o = byOwner.get(h.owner);
+      if (o) o.ids.push(leaseId);
+      else byOwner.set(h.owner, { max: h.max, ids: [leaseId] });
+    }
+    const { leaseTtlMs: ttlMs } = this.opts;
     await Promise.all(
-      entries.map(async ([leaseId, h]) => {
+      [...byOwner].map(async ([owner, { max, ids }]) => {
         try {
-          const ok = await this.limits.renewLease(CONNECTION_SCOPE, h.owner, leaseId, this.opts.leaseTtlMs);
-          if (!ok && this.held.has(leaseId)) {
-            // Expired meanwhile (store outage, restart): take the slot back; admission waits for this.
-            const back = await this.limits.acquireLease({
-              scope: CONNECTION_SCOPE,
-              owner: h.owner,
-              leaseId,
-              max: h.max,
-              ttlMs: this.opts.leaseTtlMs,
-            });
-            if (!back && this.held.has(leaseId)) {
-              this.logger.warn(
-                { owner: h.owner },
-                'connection slot taken by another holder; ending the session',
-              );
-              this.held.delete(leaseId);
-              this.onLost(leaseId);
-            }
+          const lost = await this.limits.renewLeases(CONNECTION_SCOPE, owner, ids, ttlMs);
+          const stillHeld = lost.filter((id) => this.held.has(id));
+          if (stillHeld.length === 0) return;
+          const refused = await this.limits.acquireLeases(
+            { scope: CONNECTION_SCOPE, owner, max, ttlMs },
+            stillHeld,
+          );
+          for (const leaseId of refused) {
+            if (!this.held.has(leaseId)) continue;
+            this.logger.warn({ owner }, 'connection slot taken by another holder; ending the session');
+            this.held.delete(leaseId);
+            this.onLost(leaseId);
           }
         } catch (err) {
           this.logger.debug({ err }, 'lease renewal failed');

@@ -21,27 +21,40 @@ export class MemoryLimits implements LimitsDriver {
   }
 
   acquireLease(req: LeaseRequest): Promise<boolean> {
+    return this.acquireLeases(req, [req.leaseId]).then((refused) => refused.length === 0);
+  }
+
+  acquireLeases(req: Omit<LeaseRequest, 'leaseId'>, leaseIds: string[]): Promise<string[]> {
     const m = this.live(req.scope, req.owner);
-    if (!m.has(req.leaseId) && m.size >= req.max) return Promise.resolve(false);
-    m.set(req.leaseId, Date.now() + req.ttlMs);
-    return Promise.resolve(true);
+    const refused: string[] = [];
+    for (const id of leaseIds) {
+      if (!m.has(id) && m.size >= req.max) refused.push(id);
+      else m.set(id, Date.now() + req.ttlMs);
+    }
+    return Promise.resolve(refused);
+  }
+
+  renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
+    return this.renewLeases(scope, owner, [leaseId], ttlMs).then((lost) => lost.length === 0);
   }
 
   /**
-   * Looks at this lease alone, as the Redis driver's RENEW does: sweeping the
+   * Looks at these leases alone, as the Redis driver's RENEW does: sweeping the
    * owner's other leases here made renewing all of an owner's n sessions
    * cost n² (acquire and count still sweep).
    */
-  renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
+  renewLeases(scope: string, owner: string, leaseIds: string[], ttlMs: number): Promise<string[]> {
     const m = this.leases.get(`${scope}:${owner}`);
-    const exp = m?.get(leaseId);
     const now = Date.now();
-    if (!m || exp === undefined || exp <= now) {
-      m?.delete(leaseId);
-      return Promise.resolve(false);
+    const lost: string[] = [];
+    for (const id of leaseIds) {
+      const exp = m?.get(id);
+      if (!m || exp === undefined || exp <= now) {
+        m?.delete(id);
+        lost.push(id);
+      } else m.set(id, now + ttlMs);
     }
-    m.set(leaseId, now + ttlMs);
-    return Promise.resolve(true);
+    return Promise.resolve(lost);
   }
 
   releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {

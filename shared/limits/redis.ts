@@ -7,27 +7,44 @@ import { RateLimiters } from './rate.js';
  * Redis server time (so instance clocks do not matter). Expired members are
  * dropped before every count, which is what frees the slots of a dead instance.
  */
+/*
+ * One owner's leases are taken and renewed in one call for all of them
+ * (ARGV: the settings, then the lease ids), so an instance's upkeep costs a
+ * call per owner and renewal interval, however many sessions it holds. Both
+ * answer the ids they could not take or renew.
+ */
 const ACQUIRE = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local ttl = tonumber(ARGV[3])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ttl * 2)
-  return 1
+local max = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local refused = {}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) or redis.call('ZCARD', KEYS[1]) < max then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  else
+    refused[#refused + 1] = ARGV[i]
+  end
 end
-return 0`;
+redis.call('PEXPIRE', KEYS[1], ttl * 2)
+return refused`;
 
 const RENEW = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) <= now then return 0 end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+local ttl = tonumber(ARGV[1])
+local lost = {}
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) > now then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[i])
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
 if redis.call('PTTL', KEYS[1]) < ttl * 2 then redis.call('PEXPIRE', KEYS[1], ttl * 2) end
-return 1`;
+return lost`;
 
 const COUNT = `
 local t = redis.call('TIME')
@@ -134,14 +151,25 @@ export class RedisLimits implements LimitsDriver {
   }
 
   async acquireLease(req: LeaseRequest): Promise<boolean> {
+    return (await this.acquireLeases(req, [req.leaseId])).length === 0;
+  }
+
+  async acquireLeases(req: Omit<LeaseRequest, 'leaseId'>, leaseIds: string[]): Promise<string[]> {
+    if (leaseIds.length === 0) return [];
     const key = this.leaseKey(req.scope, req.owner);
-    const r = await this.call(() => this.redis.eval(ACQUIRE, 1, key, req.leaseId, req.max, req.ttlMs));
-    return r === 1;
+    return (await this.call(() =>
+      this.redis.eval(ACQUIRE, 1, key, req.max, req.ttlMs, ...leaseIds),
+    )) as string[];
   }
 
   async renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean> {
+    return (await this.renewLeases(scope, owner, [leaseId], ttlMs)).length === 0;
+  }
+
+  async renewLeases(scope: string, owner: string, leaseIds: string[], ttlMs: number): Promise<string[]> {
+    if (leaseIds.length === 0) return [];
     const key = this.leaseKey(scope, owner);
-    return (await this.call(() => this.redis.eval(RENEW, 1, key, leaseId, ttlMs))) === 1;
+    return (await this.call(() => this.redis.eval(RENEW, 1, key, ttlMs, ...leaseIds))) as string[];
   }
 
   async releaseLease(scope: string, owner: string, leaseId: string): Promise<void> {

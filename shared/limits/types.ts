@@ -36,8 +36,15 @@ export interface LimitsDriver {
   consume(bucket: RateBucket, owner: string, perMinute: number): Promise<RateDecision>;
   /** Take a slot if fewer than `max` unexpired leases exist; true when taken (or already held). */
   acquireLease(req: LeaseRequest): Promise<boolean>;
+  /** As acquireLease for several leases of one owner, in order, in one store call; the ids not taken. */
+  acquireLeases(req: Omit<LeaseRequest, 'leaseId'>, leaseIds: string[]): Promise<string[]>;
   /** Extend a held lease; false when it had expired and was taken by nobody (caller may re-acquire). */
   renewLease(scope: string, owner: string, leaseId: string, ttlMs: number): Promise<boolean>;
+  /**
+   * As renewLease for several leases of one owner in one store call (an
+   * instance renews all it holds of an owner at once); the ids that had expired.
+   */
+  renewLeases(scope: string, owner: string, leaseIds: string[], ttlMs: number): Promise<string[]>;
   releaseLease(scope: string, owner: string, leaseId: string): Promise<void>;
   /** Unexpired leases held for `owner` in `scope`. */
   countLeases(scope: string, owner: string): Promise<number>;

@@ -71,6 +71,22 @@ SELECT
        AND COALESCE(u.status, '') <> 'lapsed'
        AND NOT COALESCE(u.status = 'live' AND u.lease_expires_at < now(), false)) AS used`;
 
+/** USED with the reservations of a batch (`refs` of `plane`) left out: a re-reservation replaces its own. */
+const USED_EXCEPT_MANY = USED.replace(
+  'NOT (r.plane = :plane AND r.ref_id = :ref)',
+  'NOT (r.plane = :plane AND r.ref_id = ANY(:refs::text[]))',
+);
+
+/** Most reservations one transaction answers (`reserveUpTo`). */
+const RESERVE_BATCH = 500;
+
+interface Waiting {
+  r: Reservation;
+  limit: number;
+  resolve: (d: BudgetDecision) => void;
+  reject: (err: unknown) => void;
+}
+
 export class UsageBudget {
   constructor(
     private readonly db: Knex,
@@ -94,15 +110,84 @@ export class UsageBudget {
    * replaces its reservation (a resumed job's probe).
    */
   reserve(r: Reservation, limit: number): Promise<BudgetDecision> {
-    return this.reserveWithin(r, limit, false);
+    return this.reserveExact(r, limit);
   }
 
-  /** As `reserve`, but takes what the window has left when that is less (at least something). */
+  /**
+   * As `reserve`, but takes what the window has left when that is less (at
+   * least something). Concurrent calls for one key are answered together, in
+   * order, by one transaction (at most RESERVE_BATCH): a fan-in of many
+   * sessions of one key then costs one read of the key's window per batch,
+   * not one per session under the key's lock.
+   */
   reserveUpTo(r: Reservation, limit: number): Promise<BudgetDecision> {
-    return this.reserveWithin(r, limit, true);
+    return new Promise((resolve, reject) => {
+      const queueKey = `${r.keyId}\0${r.plane}`;
+      let q = this.queues.get(queueKey);
+      if (!q) this.queues.set(queueKey, (q = []));
+      q.push({ r, limit, resolve, reject });
+      if (q.length === 1) void this.drain(queueKey, q);
+    });
   }
 
-  private async reserveWithin(r: Reservation, limit: number, partial: boolean): Promise<BudgetDecision> {
+  private readonly queues = new Map<string, Waiting[]>();
+
+  /** Answers one key's waiting reservations, a batch at a time, until none wait. */
+  private async drain(queueKey: string, q: Waiting[]): Promise<void> {
+    while (q.length > 0) {
+      const batch = q.slice(0, RESERVE_BATCH);
+      try {
+        const decisions = await this.reserveBatch(batch);
+        batch.forEach((w, i) => w.resolve(decisions[i]));
+      } catch (err) {
+        for (const w of batch) w.reject(err);
+      }
+      q.splice(0, batch.length);
+    }
+    this.queues.delete(queueKey);
+  }
+
+  /** `reserveUpTo` for several reservations of one key and plane, in order, in one transaction. */
+  private reserveBatch(batch: Waiting[]): Promise<BudgetDecision[]> {
+    const { keyId, plane } = batch[0].r;
+    return this.db.transaction(async (tx) => {
+      await tx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [`usage_budget:${keyId}`]);
+      const row = await tx.raw<{ rows: { used: string }[] }>(USED_EXCEPT_MANY, {
+        key: keyId,
+        window: this.windowSeconds,
+        plane,
+        refs: batch.map((w) => w.r.refId),
+      });
+      let used = Number(row.rows[0].used);
+      const decisions: BudgetDecision[] = [];
+      const rows: { plane: Plane; ref_id: string; key_id: string; audio_seconds: number; ttl: number }[] = [];
+      for (const { r, limit } of batch) {
+        const seconds = Math.min(r.seconds, limit - used);
+        if (seconds <= 0) {
+          decisions.push({ ok: false, used });
+          continue;
+        }
+        decisions.push({ ok: true, used, seconds });
+        rows.push({ plane, ref_id: r.refId, key_id: keyId, audio_seconds: seconds, ttl: r.ttlSeconds });
+        used += seconds;
+      }
+      if (rows.length > 0) {
+        await tx.raw(
+          `INSERT INTO usage_reservations (plane, ref_id, key_id, audio_seconds, expires_at)
+           SELECT plane, ref_id, key_id, audio_seconds, now() + make_interval(secs => ttl)
+             FROM jsonb_to_recordset(?::jsonb)
+               AS x(plane text, ref_id text, key_id text, audio_seconds double precision, ttl double precision)
+           ON CONFLICT (plane, ref_id) DO UPDATE
+             SET audio_seconds = EXCLUDED.audio_seconds, expires_at = EXCLUDED.expires_at`,
+          [JSON.stringify(rows)],
+        );
+      }
+      await tx('usage_reservations').where('key_id', keyId).andWhere('expires_at', '<', tx.fn.now()).delete();
+      return decisions;
+    });
+  }
+
+  private async reserveExact(r: Reservation, limit: number): Promise<BudgetDecision> {
     return this.db.transaction(async (tx) => {
       await tx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [`usage_budget:${r.keyId}`]);
       const row = await tx.raw<{ rows: { used: string }[] }>(USED, {
@@ -112,9 +197,9 @@ export class UsageBudget {
         ref: r.refId,
       });
       const used = Number(row.rows[0].used);
-      const seconds = partial ? Math.min(r.seconds, limit - used) : r.seconds;
+      const seconds = r.seconds;
       // An exact reservation of nothing (an empty clip) always fits: it is billed at 0 s (interface 1, item 2).
-      if (!partial && seconds === 0) return { ok: true, used, seconds: 0 };
+      if (seconds === 0) return { ok: true, used, seconds: 0 };
       if (seconds <= 0 || used + seconds > limit) return { ok: false, used };
       await tx.raw(
         `INSERT INTO usage_reservations (plane, ref_id, key_id, audio_seconds, expires_at)

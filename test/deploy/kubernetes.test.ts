@@ -22,11 +22,11 @@ import { repoRoot } from '../realtime/helpers.js';
 type Obj = Record<string, any>;
 
 const OVERLAY = 'docker/kubernetes/overlays/example';
-/** docs/benchmarks.md, "Scaled deployment": CPU of the realtime tier per real-time stream. */
+/** docs/benchmarks/deploy.md: CPU of the realtime tier per real-time stream. */
 const CORE_PER_STREAM = 0.13;
-/** docs/benchmarks.md, issue 13: RSS per streaming decoder (100.9-102.1 MiB measured). */
+/** docs/benchmarks/speech.md, "Every plane": RSS per streaming decoder (100.9-102.1 MiB measured). */
 const MIB_PER_STREAM_DECODER = 101;
-/** docs/benchmarks.md, "Memory per decoder": RSS of a process with one clip decoder (207.3 MB). */
+/** docs/benchmarks/speech.md, "Memory per decoder": RSS of a process with one clip decoder (207.3 MB). */
 const MB_ONE_DECODER_PROCESS = 207.3;
 
 function render(dir: string): Obj[] {

@@ -1,8 +1,8 @@
 /**
- * Realtime benchmarks (figures recorded in docs/benchmarks.md, "## Realtime").
+ * Realtime benchmarks (figures recorded in docs/benchmarks/realtime.md).
  * Every server runs in its own process on this machine; clients run here.
  *
- *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000]
+ *   npx tsx test/bench/realtime/run.ts idle    [--sessions 10000] [--redis]
  *   npx tsx test/bench/realtime/run.ts streams [--streams 200] [--seconds 30] [--delay 100] [--vad off]
  *   npx tsx test/bench/realtime/run.ts openai  [--streams 200] [--seconds 30] [--pairs 3]
  *
@@ -10,8 +10,9 @@
  *   npm run build && node dist/test/bench/realtime/run.js streams ...
  * (through tsx, the servers carry tsx's compiler and source maps in their heap).
  *
- * idle:    N authenticated sessions held open without audio; the realtime
- *          process's RSS (from /proc) before and after.
+ * idle:    N authenticated sessions of one key held open without audio (no
+ *          instance session cap; `--redis`: limits in Redis); how fast they
+ *          open and the realtime process's RSS (from /proc) before and after.
  * streams: N clients stream real speech in 100 ms frames at real-time pace,
  *          silero VAD on, speech from a fake OpenAI-compatible worker in another
  *          process answering after a fixed delay. Measured over the steady
@@ -154,59 +155,105 @@ function serverEnv(db: TestDatabase, extra: Record<string, string> = {}): Record
   };
 }
 
+/**
+ * Loopback addresses the idle clients connect from: an instance lets one
+ * address have MAX_AUTHENTICATING_PER_SOURCE upgrades in authentication at
+ * once, so 200 in flight come from 8 addresses, 25 each (Linux routes all of
+ * 127.0.0.0/8 to lo).
+ */
+const IDLE_SOURCES = Array.from({ length: 8 }, (_, i) => `127.0.0.${i + 1}`);
+const IDLE_PER_SOURCE = 25;
+
+/** Opens `n` sessions of `key` at `url`, 200 upgrades in flight; the sockets and when each `session.created` came. */
+async function openIdle(url: string, key: string, n: number): Promise<{ sockets: WebSocket[]; at: number[] }> {
+  const sockets: WebSocket[] = [];
+  const at: number[] = [];
+  const t0 = performance.now();
+  let next = 0;
+  const lane = async (localAddress: string) => {
+    while (next < n) {
+      next++;
+      await new Promise<void>((resolve, reject) => {
+        const ws = new WebSocket(url, {
+          headers: { authorization: `Bearer ${key}` },
+          perMessageDeflate: false,
+          localAddress,
+        });
+        ws.once('message', () => {
+          at.push(performance.now() - t0);
+          resolve();
+        });
+        ws.once('error', reject);
+        sockets.push(ws);
+      });
+    }
+  };
+  await Promise.all(IDLE_SOURCES.flatMap((src) => Array.from({ length: IDLE_PER_SOURCE }, () => lane(src))));
+  return { sockets, at };
+}
+
+/**
+ * The idle bench's own environment: no instance session cap (the embedded
+ * default, REALTIME_MAX_SESSIONS=500, would refuse the 501st with 503) unless
+ * the caller sets one, and the limits in Redis when `--redis` is given
+ * (TEST_REDIS_URL, else REDIS_URL, else the default port), as a scaled
+ * deployment keeps them.
+ */
+function idleEnv(): Record<string, string> {
+  const env: Record<string, string> = { REALTIME_MAX_SESSIONS: process.env.REALTIME_MAX_SESSIONS ?? '0' };
+  if (process.argv.includes('--redis')) {
+    env.REDIS_URL = process.env.TEST_REDIS_URL ?? process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+  }
+  return env;
+}
+
 async function idle(): Promise<void> {
   const n = arg('sessions', 10_000);
   const { db, key } = await setup();
   const worker = await start(path.join(here, 'fakeWorker.ts'), {});
+  const env = idleEnv();
   const rtp = await start(
     REALTIME_SERVER,
-    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}` }),
-    false,
+    serverEnv(db, { STT_WORKER_URLS: `http://127.0.0.1:${worker.port}`, ...env }),
+    true,
     tuning(0),
   );
   try {
     await new Promise((r) => setTimeout(r, 1000));
     const before = rssMiB(rtp.child.pid!);
     const url = `ws://127.0.0.1:${rtp.port}/v1/audio/transcriptions/stream`;
-    const sockets: WebSocket[] = [];
-    let created = 0;
-    const t0 = Date.now();
-    for (let i = 0; i < n; i += 200) {
-      await Promise.all(
-        Array.from(
-          { length: Math.min(200, n - i) },
-          () =>
-            new Promise<void>((resolve, reject) => {
-              const ws = new WebSocket(url, {
-                headers: { authorization: `Bearer ${key}` },
-                perMessageDeflate: false,
-              });
-              ws.once('message', () => {
-                created++;
-                resolve();
-              });
-              ws.once('error', reject);
-              sockets.push(ws);
-            }),
-        ),
-      );
-    }
-    const openMs = Date.now() - t0;
-    await new Promise((r) => setTimeout(r, 3000));
+    const { sockets, at } = await openIdle(url, key, n);
+    const openMs = Math.max(...at);
+    // Let a renewal interval or two pass with every session held, then measure.
+    await new Promise((r) => setTimeout(r, 6000));
     const s = await stats(rtp.port);
     const after = rssMiB(rtp.child.pid!);
+    const sorted = [...at].sort((x, y) => x - y);
+    const openedBy = (k: number) => +(sorted[Math.min(k, sorted.length) - 1] / 1000).toFixed(1);
     const out = {
-      sessions: created,
+      limits: env.REDIS_URL ? 'redis' : 'memory',
+      sessions: at.length,
       serverSessions: s.sessions,
       openSeconds: openMs / 1000,
+      // The n-th session.created, in seconds from the start: a rate that falls as the instance fills shows here.
+      openedBySeconds: Object.fromEntries(
+        [1000, 3000, 5000, n].filter((k) => k <= n).map((k) => [k, openedBy(k)]),
+      ),
       rssBeforeMiB: Math.round(before),
       rssAfterMiB: Math.round(after),
-      perSessionKiB: Math.round(((after - before) * 1024) / created),
+      rssAddedMiB: Math.round(after - before),
+      perSessionKiB: Math.round(((after - before) * 1024) / at.length),
       heapUsedMiB: Math.round(s.memory.heapUsed / 1048576),
     };
     console.log(JSON.stringify({ bench: 'realtime idle sessions', ...out }, null, 2));
     for (const ws of sockets) ws.terminate();
   } finally {
+    if (PROFILE_DIR) {
+      // A graceful stop writes the CPU profiles.
+      const exited = new Promise((r) => rtp.child.once('exit', r));
+      rtp.child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+    }
     rtp.child.kill('SIGKILL');
     worker.child.kill('SIGKILL');
     await db.drop();

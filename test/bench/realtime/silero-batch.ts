@@ -5,7 +5,7 @@
  * - the shipped silero graph in one onnxruntime-node session, batch B;
  * - the batched rewrite of that graph (realtime/vad/sileroGraph.ts) as used by
  *   realtime/vad/silero.ts, batch B.
- * Figures in docs/benchmarks.md ("## Realtime").
+ * Figures in docs/benchmarks/realtime.md.
  *
  *   npx tsx test/bench/realtime/silero-batch.ts [--streams 200] [--windows 150] [--rounds 3]
  *
