@@ -170,7 +170,7 @@ describe('the realtime tier takes a prompt from session.update (issue 37)', func
   }
 
   it('the next utterance gives the prompt’s words', async () => {
-    expect(await finalText()).not.to.include('Kubernetes');
-    expect(await finalText('Kubernetes, Grafana, Prometheus')).to.include('Kubernetes');
+    expect(await finalText()).not.to.match(/kubernetes|grafana/i);
+    expect(await finalText('Kubernetes, Grafana, Prometheus')).to.match(/Kubernetes|Grafana/);
   });
 });
