@@ -123,7 +123,7 @@ export class BiasCompiler {
         continue;
       }
       phrases.push(tokens.map((t) => t.lower));
-      const spoken = (entry.spoken ?? []).map((s) => tokenize(s).map((t) => t.lower)).filter((s) => s.length);
+      const spoken = (entry.spoken ?? []).map((s) => tokenize(s, true).map((t) => t.lower)).filter((s) => s.length);
       for (const t of tokens) {
         if (t.text !== t.lower || !this.lmWords.has(t.lower)) display[t.lower] = t.text;
         const known = this.lmWords.has(t.lower);
@@ -194,11 +194,12 @@ function splitPhrases(text: string): string[] {
 }
 
 /** Words of letters (apostrophes inside kept); numbers and symbols are not words a decoder spells. */
-function tokenize(text: string): Token[] {
+function tokenize(text: string, letters = false): Token[] {
   const out: Token[] = [];
   for (const m of text.normalize('NFC').matchAll(/\p{L}+(?:'\p{L}+)*/gu)) {
     const lower = m[0].toLowerCase();
-    if (lower.length < MIN_LETTERS && lower !== 'a' && lower !== 'i') continue;
+    // Single letters are words only in spoken forms ("h a proxy") and as "a" and "i".
+    if (lower.length < MIN_LETTERS && !letters && lower !== 'a' && lower !== 'i') continue;
     if (lower.length > MAX_WORD_LETTERS) continue;
     out.push({ text: m[0], lower });
   }
