@@ -33,6 +33,10 @@ describe('prompt and vocabulary compilation (issue 37)', function () {
       ).to.equal(true);
     expect(spec.display).to.deep.include({ kubernetes: 'Kubernetes', grafana: 'Grafana' });
     expect(spec.display).not.to.have.property('we');
+    // Names the model knows are written as the prompt writes them; sentence starts are not names.
+    const names = bias.compiler.compile('Okonkwo, Siobhan. The team met Dmitri today.', undefined)!;
+    expect(names.display).to.deep.include({ siobhan: 'Siobhan', dmitri: 'Dmitri' });
+    expect(names.display).not.to.have.property('the');
   });
 
   it('adds no word for a prompt the general model knows, and caches by content', () => {

@@ -108,6 +108,11 @@ export class BiasCompiler {
     for (const phrase of splitPhrases(prompt)) {
       const tokens = tokenize(phrase);
       phrases.push(tokens.map((t) => t.lower));
+      tokens.forEach((t, i) => {
+        // A word the model knows keeps its spelling, unless the prompt writes it as a name: capitalised
+        // past the start of its clause, or alone in it (a list: "Okonkwo, Siobhan, Nkechi").
+        if (t.text !== t.lower && (i > 0 || tokens.length === 1)) display[t.lower] ??= t.text;
+      });
       for (const t of tokens) {
         if (this.lmWords.has(t.lower) || words.has(t.lower)) continue;
         const made = this.pronounce(t.lower);
