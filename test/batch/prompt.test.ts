@@ -1,0 +1,79 @@
+/**
+ * A batch job's `prompt`, and its key's vocabulary as it was at submission,
+ * bias every piece the built-in engine decodes (issue 37): the terms corpus
+ * clip comes back with its names only when the job says them.
+ */
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import request from 'supertest';
+import { pcmToWav } from '../../shared/audio/index.js';
+import { loadTerms } from '../audio/corpus/terms.js';
+import {
+  createBatchTestApp,
+  issueKey,
+  startFileServer,
+  tmpDir,
+  waitFor,
+  type BatchTestApp,
+  type FileServer,
+} from './helpers.js';
+
+describe('batch jobs take the prompt and the key vocabulary (issue 37)', function () {
+  this.timeout(300_000);
+  let t: BatchTestApp;
+  let files: FileServer;
+  before(async () => {
+    t = await createBatchTestApp({}, { start: true });
+    const dir = tmpDir();
+    const clip = loadTerms().find((c) => c.file.endsWith('00-0-flite-slt-clean.flac'))!;
+    const pcm = execFileSync('ffmpeg', [
+      '-v',
+      'error',
+      '-i',
+      clip.file,
+      '-f',
+      's16le',
+      '-ac',
+      '1',
+      '-ar',
+      '16000',
+      '-',
+    ]);
+    fs.writeFileSync(path.join(dir, 'k8s.wav'), pcmToWav(pcm));
+    files = await startFileServer(dir);
+  });
+  after(async () => {
+    await files?.close();
+    await t?.close();
+  });
+
+  async function jobText(key: string, prompt?: string): Promise<string> {
+    const sub = await request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({ audio_url: `${files.url}/k8s.wav`, ...(prompt ? { prompt } : {}) })
+      .expect(202);
+    const done = await waitFor(async () => {
+      const res = await request(t.server)
+        .get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`)
+        .set('authorization', `Bearer ${key}`);
+      return res.body.status === 'complete' || res.body.status === 'errored' ? res : undefined;
+    }, 240_000);
+    expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+    return done.body.output.result.text as string;
+  }
+
+  it('the prompt and the vocabulary each bring the names; neither: the general model alone', async () => {
+    const { key } = await issueKey(t, { plan: 'pro' });
+    expect(await jobText(key)).not.to.match(/kubernetes|grafana/i);
+    expect(await jobText(key, 'Kubernetes, Grafana')).to.include('Kubernetes');
+    await request(t.server)
+      .put('/v1/vocabulary')
+      .set('authorization', `Bearer ${key}`)
+      .send({ words: [{ word: 'Kubernetes' }, { word: 'Grafana' }] })
+      .expect(200);
+    expect(await jobText(key)).to.include('Kubernetes');
+  });
+});
