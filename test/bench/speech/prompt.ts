@@ -21,13 +21,18 @@ import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
 import { BuiltinEngine } from '../../../shared/stt/builtin.js';
 import { promptBias } from '../../../shared/stt/bias/index.js';
+import { Decoder } from '../../../shared/stt/pocketsphinx/decoder.js';
 import type { TranscribeResult, VocabularyEntry } from '../../../shared/stt/index.js';
 import { wer } from '../../speech/helpers.js';
 import { loadCorpus, corpusPcm } from '../../speech/corpus.js';
 import { loadTerms } from '../../audio/corpus/terms.js';
 import { fmt, percentile } from './common.js';
 
-const config = loadConfig({ STT_THREADS: '2', STT_STREAM_THREADS: '2', STT_BUILTIN_TIMEOUT_BASE_MS: '120000' });
+const config = loadConfig({
+  STT_THREADS: '2',
+  STT_STREAM_THREADS: '2',
+  STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
+});
 const engine = new BuiltinEngine(config.speech.builtin, createLogger({ level: 'warn' }));
 await engine.ready();
 await engine.startStreaming!();
@@ -70,6 +75,8 @@ const add = (key: string, t: Omit<Tally, never>) => {
   groups.set(key, g);
 };
 
+/** Engine time per decode, by plane and bias: the realtime figure is the time from the utterance's end to its words. */
+const engineMs = new Map<string, number[]>();
 const clips = loadTerms();
 for (const clip of clips) {
   const pcm = pcmOfFile(clip.file);
@@ -96,6 +103,7 @@ for (const clip of clips) {
         terms: spoken.length,
       };
       const tag = `${plane} ${withPrompt ? (VOCAB ? 'vocabulary' : 'prompt') : 'none'}`;
+      engineMs.set(tag, [...(engineMs.get(tag) ?? []), r.engineMs]);
       add(`${tag} | all`, t);
       add(`${tag} | ${clip.set}`, t);
       add(`${tag} | ${clip.condition}`, t);
@@ -111,6 +119,11 @@ for (const [key, g] of [...groups].sort()) {
     `${tag.padEnd(21)} ${group.padEnd(10)} ${fmt((100 * g.hits) / Math.max(1, g.terms)).padStart(6)} %   ${fmt((100 * g.errors) / g.refWords).padStart(5)} %`,
   );
 }
+
+for (const [tag, ms] of [...engineMs].sort())
+  console.log(
+    `${tag}: engine time per clip p50 ${fmt(percentile(ms, 50))} ms, p95 ${fmt(percentile(ms, 95))} ms`,
+  );
 
 // Setup cost of a prompt of the interface's maximum length: compile (main thread) and apply (decoder).
 const bias = promptBias(config.speech.builtin)!;
@@ -129,6 +142,32 @@ bias.compiler.compile(`${long.slice(0, 1990)} 0`, undefined);
 console.log(
   `2,000-character prompt: compile ${fmt(percentile(compileMs, 50), 2)} ms (median of 5 new), ${fmt(performance.now() - t0, 3)} ms cached`,
 );
+
+// Applying it on a decoder: a new spec of known words, one that adds words, the same spec again.
+{
+  const b = config.speech.builtin;
+  const dec = new Decoder({ ...b, dict: bias.files.dict, extras: bias.files.extras });
+  const known = bias.compiler.compile(
+    loadCorpus('short')
+      .map((c) => c.reference)
+      .join('. ')
+      .slice(0, 2000),
+    undefined,
+  )!;
+  const fresh = bias.compiler.compile(long, undefined)!;
+  const time = (f: () => void) => {
+    const t = performance.now();
+    f();
+    return performance.now() - t;
+  };
+  const a = time(() => dec.bias(known));
+  const c = time(() => dec.bias(fresh));
+  const d = time(() => dec.bias(fresh));
+  console.log(
+    `apply on a decoder: ${fmt(a, 1)} ms (new spec, ${known.words.length} new words), ${fmt(c, 1)} ms (new spec, ${fresh.words.length} new words), ${fmt(d, 3)} ms (the same spec again)`,
+  );
+  dec.close();
+}
 
 if (process.argv.includes('--general')) {
   const unrelated =
