@@ -9,7 +9,6 @@
  * `session.update` for its next utterance.
  */
 import { expect } from 'chai';
-import fs from 'node:fs';
 import request from 'supertest';
 import { execFileSync } from 'node:child_process';
 import { pcmToWav } from '../../shared/audio/index.js';

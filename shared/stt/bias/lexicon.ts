@@ -45,7 +45,7 @@ export function prepareLexicon(opts: { lm: string; dict: string; sphinxbaseLibra
     extras: path.join(dir, 'extras.arpa'),
     rest: path.join(dir, 'rest.dict'),
   };
-  if (Object.values(files).every((f) => fs.existsSync(f))) return files;
+  if ([files.dict, files.extras, files.rest].every((f) => fs.existsSync(f))) return files;
   const lm = openLanguageModel(opts.lm, opts.sphinxbaseLibrary);
   const inLm: string[] = [];
   const rest: string[] = [];
