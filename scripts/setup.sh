@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 need=()
 [ -e /usr/lib/x86_64-linux-gnu/libpocketsphinx.so.3 ] || [ -n "$(ldconfig -p 2>/dev/null | grep libpocketsphinx.so.3)" ] || need+=(libpocketsphinx3)
 [ -d /usr/share/pocketsphinx/model/en-us/en-us ] || need+=(pocketsphinx-en-us)
+# Pronunciations of prompt and vocabulary words the dictionary lacks (shared/stt/bias/pronounce.ts).
+[ -e /usr/lib/x86_64-linux-gnu/libespeak-ng.so.1 ] || [ -n "$(ldconfig -p 2>/dev/null | grep libespeak-ng.so.1)" ] || need+=(libespeak-ng1)
 command -v ffmpeg >/dev/null || need+=(ffmpeg)
 command -v sox >/dev/null || need+=(sox)
 # The embedded start's local CA for HTTPS and wss:// (scripts/embedded/tls.ts).
