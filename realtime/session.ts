@@ -92,7 +92,8 @@ export class RealtimeSession implements UtteranceHost {
       maxSpeechMs: Math.min(d.maxSpeechMs, deps.config.maxSpeechMsCap),
       smartSplitWindowMs: d.smartSplitWindowMs,
       sentenceEndSilenceMs: d.sentenceEndSilenceMs,
-      sentenceEndThreshold: d.sentenceEndThreshold,
+      eagerness: d.eagerness,
+      unjudgedSilenceMs: d.unjudgedSilenceMs,
     };
     this.utterances = new UtteranceTracker(this, deps);
     this.closer = new SessionCloser({
