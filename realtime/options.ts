@@ -8,7 +8,7 @@ import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
 import { compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
-import { FIXED_SILENCE_MS, TURN_LEVELS } from '../shared/config/realtime.js';
+import { FIXED_SILENCE_MS, SENTENCE_END_SILENCE_MS, TURN_LEVELS } from '../shared/config/realtime.js';
 
 export const MAX_PROMPT_CHARS = 2000;
 
@@ -165,8 +165,9 @@ export function applySessionUpdate(
 
 /**
  * Turn ends (docs/decisions/realtime.md, "Turn ends"): with an eagerness the session's pauses are
- * judged and `silenceMs` is the longest wait (the level's unless the client gives one); a window the
- * client sets without an eagerness is kept exactly, as is the window of `vad_eagerness: null`.
+ * judged and `silenceMs` is the longest wait (the level's unless the client gives one). Without one,
+ * the window with the sentence-end check (the default, and `vad_eagerness: null` after a level); a
+ * window the client sets without an eagerness is kept exactly (no earlier end).
  */
 function applyEagerness(next: SessionSettings, src: Record<string, unknown>, current: SessionSettings): void {
   const silenceGiven = src.vadSilenceMs != null || src.vad_silence_ms != null;
@@ -176,9 +177,11 @@ function applyEagerness(next: SessionSettings, src: Record<string, unknown>, cur
     const level = TURN_LEVELS[next.eagerness];
     if (!silenceGiven && (levelGiven || !current.eagerness)) next.silenceMs = level.longestMs;
     next.sentenceEndSilenceMs = level.askMs;
-  } else {
-    if (levelGiven && !silenceGiven && current.eagerness) next.silenceMs = FIXED_SILENCE_MS;
+  } else if (silenceGiven) {
     next.sentenceEndSilenceMs = 0;
+  } else if (levelGiven && current.eagerness) {
+    next.silenceMs = FIXED_SILENCE_MS;
+    next.sentenceEndSilenceMs = SENTENCE_END_SILENCE_MS;
   }
 }
 

@@ -92,6 +92,7 @@ export class RealtimeSession implements UtteranceHost {
       maxSpeechMs: Math.min(d.maxSpeechMs, deps.config.maxSpeechMsCap),
       smartSplitWindowMs: d.smartSplitWindowMs,
       sentenceEndSilenceMs: d.sentenceEndSilenceMs,
+      sentenceEndThreshold: d.sentenceEndThreshold,
       eagerness: d.eagerness,
       unjudgedSilenceMs: d.unjudgedSilenceMs,
     };

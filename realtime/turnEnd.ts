@@ -82,16 +82,31 @@ export interface PauseInfo {
 /**
  * Judges a pause for the open utterance; `answer(ms)` is always called once. Without a streaming
  * decoder (its pool was exhausted) the words are unknown: the session's unjudged window applies.
+ * Without an eagerness (the default), the sentence-end check alone: at once after a trigram the
+ * language model knows as a sentence end with `sentenceEndThreshold`, else the window.
  */
 export function judgePause(
   p: PauseInfo,
   streaming: StreamingUtterance | null,
-  settings: { silenceMs: number; eagerness?: Eagerness | null; unjudgedSilenceMs?: number },
+  settings: {
+    silenceMs: number;
+    eagerness?: Eagerness | null;
+    unjudgedSilenceMs?: number;
+    sentenceEndThreshold?: number;
+  },
   answer: (ms: number) => void,
   onReading?: (r: Reading, cues: SentenceEndCues | null) => void,
 ): void {
   const level = settings.eagerness;
-  if (!level || !streaming?.sentenceEnd) return answer(settings.unjudgedSilenceMs ?? settings.silenceMs);
+  const threshold = settings.sentenceEndThreshold;
+  if (!level && streaming?.sentenceEnd && threshold !== undefined) {
+    return void streaming.sentenceEnd().then(
+      (c) => answer(c.order === 3 && c.probability >= threshold ? 0 : settings.silenceMs),
+      () => answer(settings.silenceMs),
+    );
+  }
+  if (!level) return answer(settings.silenceMs);
+  if (!streaming?.sentenceEnd) return answer(settings.unjudgedSilenceMs ?? settings.silenceMs);
   streaming.sentenceEnd().then(
     (cues) => {
       const r = readPause(cues, p.prosody);

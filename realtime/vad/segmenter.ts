@@ -19,8 +19,8 @@
  *   pause is already that long, e.g. the words so far read as a finished
  *   sentence; `silenceMs` at the latest); speech before then goes on. Waiting
  *   makes the cut depend on the audio only, not on how fast it arrives or how
- *   fast the verdict comes. Without `streamAudio`, `unjudgedSilenceMs` (when
- *   set) is the window;
+ *   fast the verdict comes. Without `streamAudio`, with an eagerness,
+ *   `unjudgedSilenceMs` (when set) is the window;
  * - past `targetSpeechMs` it ends at the next short pause (reason
  *   `target_duration`);
  * - at `maxSpeechMs` it is cut hard (reason `max_duration`): at the quietest
@@ -130,7 +130,7 @@ export class Segmenter {
     const early = s.sentenceEndSilenceMs ? Math.max(1, ms2w(s.sentenceEndSilenceMs)) : 0;
     this.sentenceEndW = this.streamAudio && early < this.silenceW ? early : 0;
     // Pauses nobody judges (no streaming decoder): the window for that case.
-    if (!this.sentenceEndW && early && s.unjudgedSilenceMs)
+    if (!this.sentenceEndW && early && s.eagerness && s.unjudgedSilenceMs)
       this.silenceW = Math.max(1, ms2w(s.unjudgedSilenceMs));
     this.flags.setThreshold(s.threshold);
   }

@@ -36,13 +36,16 @@ export interface SegmenterSettings {
   smartSplitWindowMs: number;
   /**
    * Turn ends (realtime/turnEnd.ts): a pause this long (shorter than
-   * `silenceMs`) is judged with the streaming decoder's words, the phrase's
-   * prosody and the speaker's pauses, and the utterance ends when the speaker
-   * has finished; `silenceMs` is then the longest wait. 0 or absent: only
-   * `silenceMs` ends speech (a fixed window).
+   * `silenceMs`) is judged. With an `eagerness`, from the streaming decoder's
+   * words, the phrase's prosody and the speaker's pauses, `silenceMs` being
+   * the longest wait; without one (the default), the utterance ends there when
+   * the words so far end a sentence (`sentenceEndThreshold`), else at
+   * `silenceMs`. 0 or absent: only `silenceMs` ends speech (a fixed window).
    */
   sentenceEndSilenceMs?: number;
-  /** How eagerly turns end (`vad_eagerness`; TURN_LEVELS); null: the fixed window `silenceMs`. */
+  /** Without an eagerness: the language model's trigram probability of a sentence end that ends a judged pause. */
+  sentenceEndThreshold?: number;
+  /** How eagerly turns end (`vad_eagerness`; TURN_LEVELS); null: the window `silenceMs` (and the sentence-end check). */
   eagerness?: Eagerness | null;
   /** With turn ends on, the window when a pause cannot be judged (no streaming decoder: remote engines). */
   unjudgedSilenceMs?: number;
@@ -65,8 +68,10 @@ export const TURN_LEVELS: Readonly<
   auto: { askMs: 128, likelyMs: 416, unsureMs: 704, longestMs: 900 },
   low: { askMs: 160, likelyMs: 704, unsureMs: 960, longestMs: 1200 },
 };
-/** The fixed window (no eagerness: OpenAI's server_vad, or a client's own vad_silence_ms), when none is given. */
+/** The fixed window (no eagerness: the default, OpenAI's server_vad), when none is given. */
 export const FIXED_SILENCE_MS = 300;
+/** Without an eagerness, the pause put to the sentence-end check (a client's own window turns it off). */
+export const SENTENCE_END_SILENCE_MS = 160;
 
 export type VadDefaults = SegmenterSettings;
 
@@ -194,14 +199,16 @@ export const MAX_SPEECH_MS_CAP = 60_000;
 export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   vad: true,
   threshold: 0.5,
-  silenceMs: TURN_LEVELS.auto.longestMs,
+  silenceMs: FIXED_SILENCE_MS,
   prefixMs: 300,
   minSpeechMs: 250,
   targetSpeechMs: 15_000,
   maxSpeechMs: 30_000,
   smartSplitWindowMs: 2_000,
-  sentenceEndSilenceMs: TURN_LEVELS.auto.askMs,
-  eagerness: 'auto',
+  // Judged turn ends are opt-in (vad_eagerness): docs/decisions/realtime.md, "Turn ends".
+  sentenceEndSilenceMs: SENTENCE_END_SILENCE_MS,
+  sentenceEndThreshold: 0.1,
+  eagerness: null,
   unjudgedSilenceMs: FIXED_SILENCE_MS,
 };
 /** VAD cost controls (docs/realtime.md, "Server VAD"): gate, state pool, batching, speech hold. */
