@@ -24,7 +24,7 @@ import type { BiasSpec } from '../bias/compile.js';
 import type { Binding } from './binding.js';
 
 /** The prompt model's share of the interpolated probability. */
-export const PROMPT_WEIGHT = 0.3;
+export const PROMPT_WEIGHT = 0.6;
 const EXTRAS_WEIGHT = 1e-20;
 /** Words a decoder adds before it is replaced by a fresh one (memory stays bounded across tenants). */
 export const MAX_ADDED_WORDS = 2000;
