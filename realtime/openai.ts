@@ -67,6 +67,10 @@ const PARAMS: Record<string, Record<Form, string>> = {
     ga: 'session.audio.input.turn_detection.prefix_padding_ms',
     beta: 'session.turn_detection.prefix_padding_ms',
   },
+  vad_eagerness: {
+    ga: 'session.audio.input.turn_detection.eagerness',
+    beta: 'session.turn_detection.eagerness',
+  },
 };
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -219,13 +223,19 @@ export class OpenAIProtocol implements SessionProtocol {
     }
     if (hasTurn) {
       if (turn === null) native.vad = false;
-      else if (!isObject(turn) || (turn.type !== undefined && turn.type !== 'server_vad')) {
+      else if (isObject(turn) && turn.type === 'semantic_vad') {
+        // OpenAI's levels are the native vad_eagerness (validated there; absent: auto).
+        native.vad = true;
+        native.vad_eagerness = turn.eagerness ?? 'auto';
+      } else if (!isObject(turn) || (turn.type !== undefined && turn.type !== 'server_vad')) {
         return invalid(
           'unsupported_turn_detection',
-          'turn_detection: only {type: "server_vad"} or null is supported (semantic_vad is not).',
+          'turn_detection: only {type: "server_vad"}, {type: "semantic_vad"} or null is supported.',
         );
       } else {
+        // server_vad: a fixed silence window (silence_duration_ms, or the fixed default).
         native.vad = true;
+        native.vad_eagerness = null;
         if (turn.threshold !== undefined) native.vad_threshold = turn.threshold;
         if (turn.silence_duration_ms !== undefined) native.vad_silence_ms = turn.silence_duration_ms;
         if (turn.prefix_padding_ms !== undefined) native.vad_prefix_ms = turn.prefix_padding_ms;
@@ -380,14 +390,16 @@ export class OpenAIProtocol implements SessionProtocol {
       language: s.language === 'auto' ? null : s.language,
       prompt: s.prompt ?? '',
     };
-    const turn = s.vad
-      ? {
-          type: 'server_vad',
-          threshold: s.vad_threshold,
-          prefix_padding_ms: s.vad_prefix_ms,
-          silence_duration_ms: s.vad_silence_ms,
-        }
-      : null;
+    const turn = !s.vad
+      ? null
+      : s.vad_eagerness
+        ? { type: 'semantic_vad', eagerness: s.vad_eagerness }
+        : {
+            type: 'server_vad',
+            threshold: s.vad_threshold,
+            prefix_padding_ms: s.vad_prefix_ms,
+            silence_duration_ms: s.vad_silence_ms,
+          };
     const id = ev.session_id;
     if (form === 'beta') {
       return {

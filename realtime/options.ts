@@ -8,6 +8,7 @@ import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
 import { compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
+import { FIXED_SILENCE_MS, SENTENCE_END_SILENCE_MS, TURN_LEVELS } from '../shared/config/realtime.js';
 
 export const MAX_PROMPT_CHARS = 2000;
 
@@ -29,6 +30,8 @@ export interface SessionSettings extends SegmenterSettings {
  */
 const text = { type: ['string', 'null'], maxLength: 200 } as const;
 const flag = { type: ['boolean', 'null'] } as const;
+/** Turn-end eagerness (OpenAI's semantic_vad levels); null: a fixed silence window. */
+const eagerness = { type: ['string', 'null'], enum: ['low', 'medium', 'high', 'auto', null] } as const;
 /** Every number has both bounds: JSON's `1e309` parses as Infinity, which a bare minimum lets through. */
 const num = (minimum: number, maximum: number) => ({ type: ['number', 'null'], minimum, maximum });
 /** The longest any duration option may ask for (ms); the session's own caps clamp it further. */
@@ -64,6 +67,9 @@ const FIELDS: Record<string, FieldSpec> = {
   vad_max_speech_ms: { key: 'maxSpeechMs', schema: num(1000, MAX_MS) },
   vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
   vad_smart_split_window_ms: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
+  // Not in the interface (4.9): docs/decisions/realtime.md, "Turn ends".
+  vadEagerness: { key: 'eagerness', schema: eagerness },
+  vad_eagerness: { key: 'eagerness', schema: eagerness },
   // The interface lists translate_to alone (no camelCase alias): `translateTo` is stripped like any other unknown name.
   translate_to: { key: 'translateTo', schema: text },
 };
@@ -86,6 +92,8 @@ function invalid(e: ErrorObject | undefined): UpdateResult {
       return bad(field, `must be ${p.comparison} ${p.limit}`);
     case 'maxLength':
       return bad(field, `must be at most ${p.limit} characters`);
+    case 'enum':
+      return bad(field, 'must be one of "low", "medium", "high", "auto" or null');
     default:
       return bad(field, e?.message ?? 'is invalid');
   }
@@ -129,7 +137,8 @@ export function applySessionUpdate(
       continue;
     }
     if (value === null || value === undefined) {
-      if (spec.schema.type[0] === 'string' && spec.key !== 'language')
+      if (spec.key === 'eagerness' && value === null) next.eagerness = null;
+      else if (spec.schema.type[0] === 'string' && spec.key !== 'language')
         (next as unknown as Record<string, unknown>)[spec.key] = undefined;
       continue;
     }
@@ -141,8 +150,7 @@ export function applySessionUpdate(
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;
   }
-  // A window the client chose is kept exactly: no earlier end at sentence ends.
-  if (src.vadSilenceMs != null || src.vad_silence_ms != null) next.sentenceEndSilenceMs = 0;
+  applyEagerness(next, src, current);
   if (next.maxSpeechMs > caps.maxSpeechMsCap)
     return bad('vadMaxSpeechMs', `must be <= ${caps.maxSpeechMsCap}`);
   if (next.targetSpeechMs > next.maxSpeechMs) next.targetSpeechMs = next.maxSpeechMs;
@@ -153,6 +161,28 @@ export function applySessionUpdate(
     next.smartSplitWindowMs = Math.floor(next.maxSpeechMs / 2);
   }
   return { ok: true, settings: next, ignored, languageChanged: next.language !== current.language };
+}
+
+/**
+ * Turn ends (docs/decisions/realtime.md, "Turn ends"): with an eagerness the session's pauses are
+ * judged and `silenceMs` is the longest wait (the level's unless the client gives one). Without one,
+ * the window with the sentence-end check (the default, and `vad_eagerness: null` after a level); a
+ * window the client sets without an eagerness is kept exactly (no earlier end).
+ */
+function applyEagerness(next: SessionSettings, src: Record<string, unknown>, current: SessionSettings): void {
+  const silenceGiven = src.vadSilenceMs != null || src.vad_silence_ms != null;
+  const levelGiven = 'vadEagerness' in src || 'vad_eagerness' in src;
+  if (silenceGiven && !levelGiven) next.eagerness = null;
+  if (next.eagerness) {
+    const level = TURN_LEVELS[next.eagerness];
+    if (!silenceGiven && (levelGiven || !current.eagerness)) next.silenceMs = level.longestMs;
+    next.sentenceEndSilenceMs = level.askMs;
+  } else if (silenceGiven) {
+    next.sentenceEndSilenceMs = 0;
+  } else if (levelGiven && current.eagerness) {
+    next.silenceMs = FIXED_SILENCE_MS;
+    next.sentenceEndSilenceMs = SENTENCE_END_SILENCE_MS;
+  }
 }
 
 function bad(field: string, what: string): UpdateResult {
@@ -176,5 +206,6 @@ export function presentSettings(s: SessionSettings): Record<string, unknown> {
     vad_target_speech_ms: s.targetSpeechMs,
     vad_max_speech_ms: s.maxSpeechMs,
     vad_smart_split_window_ms: s.smartSplitWindowMs,
+    vad_eagerness: s.eagerness ?? null,
   };
 }

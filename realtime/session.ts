@@ -93,6 +93,8 @@ export class RealtimeSession implements UtteranceHost {
       smartSplitWindowMs: d.smartSplitWindowMs,
       sentenceEndSilenceMs: d.sentenceEndSilenceMs,
       sentenceEndThreshold: d.sentenceEndThreshold,
+      eagerness: d.eagerness,
+      unjudgedSilenceMs: d.unjudgedSilenceMs,
     };
     this.utterances = new UtteranceTracker(this, deps);
     this.closer = new SessionCloser({

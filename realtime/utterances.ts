@@ -26,6 +26,7 @@ import type { VadEvent, VadService, VadStream } from './vad/service.js';
 import type { SessionSettings } from './options.js';
 import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
+import { judgePause, type PauseInfo } from './turnEnd.js';
 import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
 import {
   budgetRoom,
@@ -222,7 +223,7 @@ export class UtteranceTracker {
       if (!this.dropping) this.streaming?.push(ev.pcm);
       return;
     }
-    if (ev.type === 'pause') return this.judgePause(ev.pause);
+    if (ev.type === 'pause') return this.judgePause(ev);
     this.vadOpen = ev.type === 'start';
     if (ev.type === 'start') {
       // The bound on utterances in flight (3.3) holds even when several start and stop within one
@@ -289,20 +290,12 @@ export class UtteranceTracker {
     }
   }
 
-  /**
-   * A short pause in the open utterance, which waits for the answer: it ends there when the engine
-   * reads the words so far as a finished sentence. Always answered (no: without a streaming decoder,
-   * or when the engine cannot say).
-   */
-  private judgePause(pause: number): void {
+  /** A pause in the open utterance, which waits for its verdict: the silence that ends the turn (turnEnd.ts). */
+  private judgePause(ev: PauseInfo): void {
     const vad = this.vad;
-    const streaming = this.streaming;
-    const threshold = this.host.settings.sentenceEndThreshold;
     if (!vad) return;
-    if (!streaming?.sentenceEnd || this.dropping || threshold === undefined) return vad.verdict(pause, false);
-    streaming.sentenceEnd().then(
-      (p) => vad.verdict(pause, p >= threshold),
-      () => vad.verdict(pause, false),
+    judgePause(ev, this.dropping ? null : this.streaming, this.host.settings, (ms) =>
+      vad.verdict(ev.pause, ms),
     );
   }
 

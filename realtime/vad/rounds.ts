@@ -24,7 +24,7 @@ export type StreamOp =
   | { op: 'open'; id: number; settings: SegmenterSettings; streamAudio?: boolean }
   | { op: 'push'; id: number; pcm: Buffer }
   | { op: 'flush'; id: number; closing?: boolean }
-  | { op: 'verdict'; id: number; pause: number; end: boolean }
+  | { op: 'verdict'; id: number; pause: number; end: number }
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
 

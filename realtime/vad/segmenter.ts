@@ -12,11 +12,15 @@
  * - it ends after `silenceMs` of silence (reason `end_of_speech`), keeping at
  *   most `prefixMs` of that silence as trailing padding;
  * - with `sentenceEndSilenceMs` (shorter than `silenceMs`) and `streamAudio`,
- *   a pause that long is put to the owner (`pause` event, numbered): the
- *   segmenter waits, queueing audio, until `verdict(n, end)` says whether the
- *   utterance ends there (reason `end_of_speech`, e.g. the words so far read
- *   as a finished sentence) or goes on. Waiting makes the cut depend on the
- *   audio only, not on how fast it arrives or how fast the verdict comes;
+ *   a pause that long is put to the owner (`pause` event, numbered, with the
+ *   prosody of the phrase before it and the speaker's recent pauses): the
+ *   segmenter waits, queueing audio, until `verdict(n, ms)` says after how
+ *   much silence the utterance ends (reason `end_of_speech`; at once when the
+ *   pause is already that long, e.g. the words so far read as a finished
+ *   sentence; `silenceMs` at the latest); speech before then goes on. Waiting
+ *   makes the cut depend on the audio only, not on how fast it arrives or how
+ *   fast the verdict comes. Without `streamAudio`, with an eagerness,
+ *   `unjudgedSilenceMs` (when set) is the window;
  * - past `targetSpeechMs` it ends at the next short pause (reason
  *   `target_duration`);
  * - at `maxSpeechMs` it is cut hard (reason `max_duration`): at the quietest
@@ -36,6 +40,7 @@
  */
 import { WINDOW_SAMPLES, SAMPLE_RATE } from './silero.js';
 import { SpeechFlags, WAIT } from './speechFlags.js';
+import { phraseEnd } from './prosody.js';
 
 export const WINDOW_BYTES = WINDOW_SAMPLES * 2;
 export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
@@ -52,6 +57,9 @@ const TARGET_PAUSE_MS = 160;
 
 const EMPTY = Buffer.alloc(0);
 const ms2w = (ms: number): number => Math.max(0, Math.round(ms / WINDOW_MS));
+/** Pauses inside utterances (speech went on) shorter than this are not the speaker's pauses; the last few are kept. */
+const SPEAKER_PAUSE_W = 3;
+const SPEAKER_PAUSES = 8;
 
 interface Win {
   pcm: Buffer;
@@ -75,6 +83,10 @@ export class Segmenter {
   /** Number of the last pause put to the owner, and the one awaiting its verdict (0: none). */
   private pauseSeq = 0;
   private judgingPause = 0;
+  /** The verdict's silence (windows) after which the open utterance ends (0: the window's). */
+  private endAtW = 0;
+  /** The speaker's last pauses inside utterances (windows): how long they pause and go on. */
+  private readonly speakerPauses: number[] = [];
   /** A flush waits behind the queued audio: no pause is put to the owner until it is applied. */
   private pausesHeld = false;
   private readonly streamAudio: boolean;
@@ -116,7 +128,10 @@ export class Segmenter {
     this.targetW = Math.min(this.maxW, Math.max(1, ms2w(s.targetSpeechMs)));
     this.smartW = Math.min(this.maxW - 1, ms2w(s.smartSplitWindowMs));
     const early = s.sentenceEndSilenceMs ? Math.max(1, ms2w(s.sentenceEndSilenceMs)) : 0;
-    this.sentenceEndW = early < this.silenceW ? early : 0;
+    this.sentenceEndW = this.streamAudio && early < this.silenceW ? early : 0;
+    // Pauses nobody judges (no streaming decoder): the window for that case.
+    if (!this.sentenceEndW && early && s.eagerness && s.unjudgedSilenceMs)
+      this.silenceW = Math.max(1, ms2w(s.unjudgedSilenceMs));
     this.flags.setThreshold(s.threshold);
   }
 
@@ -216,15 +231,18 @@ export class Segmenter {
   }
 
   /**
-   * The owner's answer for pause `pause`: end the utterance there, or let it
-   * go on; then the queued audio is processed. An answer for any other pause
-   * is ignored.
+   * The owner's answer for pause `pause`: the silence (ms) after which the
+   * utterance ends (now when the pause is that long already; the window when
+   * longer); then the queued audio is processed. An answer for any other
+   * pause is ignored.
    */
-  verdict(pause: number, end: boolean): SegmenterEvent[] {
+  verdict(pause: number, endAfterMs: number): SegmenterEvent[] {
     const out: SegmenterEvent[] = [];
     if (pause !== this.judgingPause) return out;
     this.judgingPause = 0;
-    if (end && this.open) this.finish('end_of_speech', this.paddedEnd(), out);
+    const w = Math.max(1, Math.round(endAfterMs / WINDOW_MS));
+    if (this.open && w <= this.silenceRun) this.finish('end_of_speech', this.paddedEnd(), out);
+    else if (this.open && w < this.silenceW) this.endAtW = w;
     if (!this.awaiting) this.advance(out);
     return out;
   }
@@ -237,7 +255,7 @@ export class Segmenter {
    */
   flushWaiting(): SegmenterEvent[] {
     this.pausesHeld = true;
-    return this.judgingPause ? this.verdict(this.judgingPause, false) : [];
+    return this.judgingPause ? this.verdict(this.judgingPause, Infinity) : [];
   }
 
   /** Release the model (session closed). */
@@ -276,7 +294,12 @@ export class Segmenter {
     this.cur.push(w);
     if (w.speech) {
       this.speechW++;
+      if (this.open && this.silenceRun >= SPEAKER_PAUSE_W) {
+        this.speakerPauses.push(this.silenceRun);
+        if (this.speakerPauses.length > SPEAKER_PAUSES) this.speakerPauses.shift();
+      }
       this.silenceRun = 0;
+      this.endAtW = 0;
       this.lastSpeechIdx = this.cur.length - 1;
     } else {
       this.silenceRun++;
@@ -307,7 +330,7 @@ export class Segmenter {
     }
 
     // Open utterance: decide whether it ends here.
-    if (this.silenceRun >= this.silenceW) {
+    if (this.silenceRun >= this.silenceW || (this.endAtW > 0 && this.silenceRun >= this.endAtW)) {
       this.finish('end_of_speech', this.paddedEnd(), out);
     } else if (
       this.cur.length >= this.targetW &&
@@ -337,7 +360,14 @@ export class Segmenter {
       !this.pausesHeld
     ) {
       this.judgingPause = ++this.pauseSeq;
-      out.push({ type: 'pause', pause: this.judgingPause });
+      out.push({
+        type: 'pause',
+        pause: this.judgingPause,
+        silenceMs: Math.round(this.silenceRun * WINDOW_MS),
+        atMs: Math.round((this.curStartPos + this.lastSpeechIdx + 1) * WINDOW_MS),
+        speakerPauseMs: Math.round(Math.max(0, ...this.speakerPauses) * WINDOW_MS),
+        prosody: phraseEnd(this.cur, this.lastSpeechIdx),
+      });
     }
   }
 
@@ -365,6 +395,7 @@ export class Segmenter {
     this.speechW = 0;
     this.silenceRun = 0;
     this.lastSpeechIdx = -1;
+    this.endAtW = 0;
   }
 
   /** Opens the utterance: prefix + candidate windows. */

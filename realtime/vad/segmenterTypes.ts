@@ -1,13 +1,25 @@
 /** What the segmenter (segmenter.ts) takes and gives: its options, its model source, its events. */
 import type { Classifier } from './silero.js';
+import type { Prosody } from './prosody.js';
 
 export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 'flush';
 
 export type SegmenterEvent =
   | { type: 'start'; /** stream position of the utterance's first sample, ms */ audioStartMs: number }
   | { type: 'audio'; pcm: Buffer }
-  /** The open utterance has paused `sentenceEndSilenceMs`: the segmenter waits for `verdict(pause, end)`. */
-  | { type: 'pause'; pause: number }
+  /** The open utterance has paused `sentenceEndSilenceMs`: the segmenter waits for `verdict(pause, ms)`. */
+  | {
+      type: 'pause';
+      pause: number;
+      /** Silence so far (ms). */
+      silenceMs: number;
+      /** Stream position where the speech before the pause ended (ms). */
+      atMs: number;
+      /** The longest of the speaker's last pauses inside utterances, after which they went on (ms; 0: none yet). */
+      speakerPauseMs: number;
+      /** The phrase before the pause: pitch and loudness against the utterance's. */
+      prosody: Prosody;
+    }
   | {
       type: 'stop';
       reason: StopReason;

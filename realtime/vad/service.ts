@@ -28,8 +28,8 @@ export interface VadStream {
   push(pcm: Buffer): void;
   /** `closing`: the session is closing (a drain): the flush does not wait for pause verdicts. */
   flush(closing?: boolean): void;
-  /** Answers a `pause` event: end the utterance there or go on (Segmenter.verdict); the stream waits for it. */
-  verdict(pause: number, end: boolean): void;
+  /** Answers a `pause` event: the silence (ms) after which the utterance ends (Segmenter.verdict); the stream waits for it. */
+  verdict(pause: number, end: number): void;
   configure(settings: SegmenterSettings): void;
   close(): void;
 }
@@ -147,7 +147,7 @@ export type ToThread =
   /** Audio bytes at `off`..`off+len` of the message's chunk number `chunk`. */
   | { op: 'push'; id: number; chunk: number; off: number; len: number }
   | { op: 'flush'; id: number; closing?: boolean }
-  | { op: 'verdict'; id: number; pause: number; end: boolean }
+  | { op: 'verdict'; id: number; pause: number; end: number }
   | { op: 'configure'; id: number; settings: SegmenterSettings }
   | { op: 'close'; id: number };
 

@@ -35,16 +35,43 @@ export interface SegmenterSettings {
   /** The hard cut is placed at the quietest 32 ms window within this many ms before the limit (0 = cut exactly). */
   smartSplitWindowMs: number;
   /**
-   * Sentence-end turn detection: a pause this long (shorter than `silenceMs`)
-   * is offered to the speech engine, which ends the utterance there when the
-   * words so far read as a finished sentence (`sentenceEndThreshold`); 0 or
-   * absent: only `silenceMs` ends speech. A client that sets `vadSilenceMs`
-   * turns it off (its window is kept exactly).
+   * Turn ends (realtime/turnEnd.ts): a pause this long (shorter than
+   * `silenceMs`) is judged. With an `eagerness`, from the streaming decoder's
+   * words, the phrase's prosody and the speaker's pauses, `silenceMs` being
+   * the longest wait; without one (the default), the utterance ends there when
+   * the words so far end a sentence (`sentenceEndThreshold`), else at
+   * `silenceMs`. 0 or absent: only `silenceMs` ends speech (a fixed window).
    */
   sentenceEndSilenceMs?: number;
-  /** Language-model probability of the sentence end above which such a pause ends the utterance. */
+  /** Without an eagerness: the language model's trigram probability of a sentence end that ends a judged pause. */
   sentenceEndThreshold?: number;
+  /** How eagerly turns end (`vad_eagerness`; TURN_LEVELS); null: the window `silenceMs` (and the sentence-end check). */
+  eagerness?: Eagerness | null;
+  /** With turn ends on, the window when a pause cannot be judged (no streaming decoder: remote engines). */
+  unjudgedSilenceMs?: number;
 }
+
+export type Eagerness = 'low' | 'medium' | 'high' | 'auto';
+
+/**
+ * Per eagerness (OpenAI's `semantic_vad` names; `auto` is `medium`): when a
+ * pause is first judged (`askMs`), and how long the turn waits when the
+ * speaker has surely finished (at once), has probably finished (`likelyMs`),
+ * cannot be read (`unsureMs`) or surely goes on (`longestMs`, the default
+ * `vad_silence_ms`). Measured on the turn corpus: docs/decisions/realtime.md, "Turn ends".
+ */
+export const TURN_LEVELS: Readonly<
+  Record<Eagerness, { askMs: number; likelyMs: number; unsureMs: number; longestMs: number }>
+> = {
+  high: { askMs: 96, likelyMs: 192, unsureMs: 416, longestMs: 640 },
+  medium: { askMs: 128, likelyMs: 416, unsureMs: 704, longestMs: 900 },
+  auto: { askMs: 128, likelyMs: 416, unsureMs: 704, longestMs: 900 },
+  low: { askMs: 160, likelyMs: 704, unsureMs: 960, longestMs: 1200 },
+};
+/** The fixed window (no eagerness: the default, OpenAI's server_vad), when none is given. */
+export const FIXED_SILENCE_MS = 300;
+/** Without an eagerness, the pause put to the sentence-end check (a client's own window turns it off). */
+export const SENTENCE_END_SILENCE_MS = 160;
 
 export type VadDefaults = SegmenterSettings;
 
@@ -172,14 +199,17 @@ export const MAX_SPEECH_MS_CAP = 60_000;
 export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   vad: true,
   threshold: 0.5,
-  silenceMs: 300,
+  silenceMs: FIXED_SILENCE_MS,
   prefixMs: 300,
   minSpeechMs: 250,
   targetSpeechMs: 15_000,
   maxSpeechMs: 30_000,
   smartSplitWindowMs: 2_000,
-  sentenceEndSilenceMs: 160,
+  // Judged turn ends are opt-in (vad_eagerness): docs/decisions/realtime.md, "Turn ends".
+  sentenceEndSilenceMs: SENTENCE_END_SILENCE_MS,
   sentenceEndThreshold: 0.1,
+  eagerness: null,
+  unjudgedSilenceMs: FIXED_SILENCE_MS,
 };
 /** VAD cost controls (docs/realtime.md, "Server VAD"): gate, state pool, batching, speech hold. */
 export const VAD_TUNING = {

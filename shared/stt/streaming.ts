@@ -18,6 +18,7 @@ import { respell, specFor, type BiasSpec, type PromptBias } from './bias/index.j
 import {
   EngineBusyError,
   SpeechError,
+  type SentenceEndCues,
   type SpeechStream,
   type StreamingUtterance,
   type TranscribeResult,
@@ -43,7 +44,7 @@ interface Lane {
   streams: number;
   pending: Map<number, Pending>;
   /** Sentence-end questions waiting for their answer. */
-  questions: Map<number, (probability: number) => void>;
+  questions: Map<number, (cues: SentenceEndCues) => void>;
 }
 
 export interface StreamingStats {
@@ -56,6 +57,8 @@ export interface StreamingStats {
 }
 
 const RESTART_DELAY_MS = 1000;
+/** The answer of a decoder that cannot say (gone, or the utterance is over). */
+const NO_CUES: SentenceEndCues = { probability: 0, order: 0, words: [] };
 /** How long close() lets a thread finish its queue before stopping it. */
 const CLOSE_GRACE_MS = 1000;
 
@@ -128,7 +131,7 @@ export class StreamingPool {
         return;
       }
       if (m.type === 'sentenceEnd') {
-        lane.questions.get(m.req)?.(m.probability);
+        lane.questions.get(m.req)?.(m.cues);
         lane.questions.delete(m.req);
         return;
       }
@@ -145,7 +148,7 @@ export class StreamingPool {
       for (const p of lane.pending.values())
         p.reject(new SpeechError('The speech decoder stopped unexpectedly.', 'transcription_failed'));
       lane.pending.clear();
-      for (const answer of lane.questions.values()) answer(0);
+      for (const answer of lane.questions.values()) answer(NO_CUES);
       lane.questions.clear();
       if (this.closed) return;
       this.log.error({ thread: index, code }, 'streaming speech thread exited; restarting');
@@ -216,8 +219,8 @@ export class StreamingPool {
         this.post(lane, { type: 'feed', utt, pcm: copy }, [copy]);
       },
       sentenceEnd: () =>
-        new Promise<number>((resolve) => {
-          if (state !== 'open' || lane.exited) return resolve(0);
+        new Promise<SentenceEndCues>((resolve) => {
+          if (state !== 'open' || lane.exited) return resolve(NO_CUES);
           const req = this.nextQuestion++;
           lane.questions.set(req, resolve);
           this.post(lane, { type: 'sentenceEnd', utt, req });

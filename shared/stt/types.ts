@@ -100,11 +100,20 @@ export interface StreamingUtterance {
   /**
    * How likely the words decoded so far are a finished sentence: the
    * language model's probability of the sentence end after the last two
-   * words of the partial hypothesis (0 with no words, or when the model
-   * knows no trigram for them). Lets a pause shorter than the silence
-   * window end the turn (docs/decisions/realtime.md).
+   * words of the partial hypothesis, and those words. Lets a pause shorter
+   * than the silence window end the turn (docs/decisions/realtime.md, "Turn ends").
    */
-  sentenceEnd?(): Promise<number>;
+  sentenceEnd?(): Promise<SentenceEndCues>;
+}
+
+/** What the partial hypothesis says about a sentence end (StreamingUtterance.sentenceEnd). */
+export interface SentenceEndCues {
+  /** The model's probability of the sentence end after the last two words (0 with no words). */
+  probability: number;
+  /** N-gram order behind it: 3 is a trigram the model knows; lower ones are backed off (misheard words get those). */
+  order: number;
+  /** The last words of the partial hypothesis, at most three (fillers and alternates' `(2)` dropped). */
+  words: string[];
 }
 
 export interface SpeechEngine {

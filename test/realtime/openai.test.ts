@@ -94,6 +94,7 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
     expect(created.session).to.include({ type: 'transcription', object: 'realtime.transcription_session' });
     expect(created.session.audio.input.format).to.deep.equal({ type: 'audio/pcm', rate: 24000 });
     expect(created.session.audio.input.transcription.model).to.equal('gpt-4o-transcribe');
+    // The default is the fixed window; semantic_vad is opt-in (docs/decisions/realtime.md, "Turn ends").
     expect(created.session.audio.input.turn_detection.type).to.equal('server_vad');
     c.send({
       type: 'session.update',
@@ -259,7 +260,7 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
       [
         {
           type: 'session.update',
-          session: { audio: { input: { turn_detection: { type: 'semantic_vad' } } } },
+          session: { audio: { input: { turn_detection: { type: 'vad_of_my_own' } } } },
         },
         'unsupported_turn_detection',
       ],
@@ -286,6 +287,23 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
       code: 'invalid_session_update',
       param: 'session.audio.input.turn_detection.threshold',
     });
+    // semantic_vad: OpenAI's eagerness levels, validated; answered with the effective turn detection.
+    const at = c.events.length;
+    c.send({
+      type: 'session.update',
+      session: { audio: { input: { turn_detection: { type: 'semantic_vad', eagerness: 'eager' } } } },
+    });
+    await c.waitFor((evs) => evs.slice(at).some((e) => e.type === 'error'));
+    expect(c.events.at(-1)!.error).to.include({
+      code: 'invalid_session_update',
+      param: 'session.audio.input.turn_detection.eagerness',
+    });
+    c.send({
+      type: 'session.update',
+      session: { audio: { input: { turn_detection: { type: 'semantic_vad', eagerness: 'high' } } } },
+    });
+    const up = await c.next('session.updated');
+    expect(up.session.audio.input.turn_detection).to.deep.equal({ type: 'semantic_vad', eagerness: 'high' });
     c.ws.close(1000);
   });
 

@@ -312,8 +312,8 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
   const OPTS = { gateDbfs: -50, releaseAfterMs: 10_000, streamAudio: true };
   const AUDIO = pcm('....' + 'S'.repeat(8) + 'qqqqqq' + 'S'.repeat(8) + 'q'.repeat(14));
 
-  /** Pushes `audio` in `frame`-byte pieces, answering each pause with `judge(n)`. */
-  function run(frame: number, judge: (pause: number) => boolean) {
+  /** Pushes `audio` in `frame`-byte pieces, answering each pause with `judge(n)` (the silence that ends it, ms). */
+  function run(frame: number, judge: (pause: number) => number) {
     const seg = new Segmenter(SETTINGS, new Loudness(), OPTS);
     const evs: SegmenterEvent[] = [];
     const take = (got: SegmenterEvent[]) => {
@@ -331,7 +331,7 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
   }
 
   it('ends the utterance at a pause judged a sentence end, and only there', () => {
-    const evs = run(AUDIO.length, () => true);
+    const evs = run(AUDIO.length, () => 0);
     expect(evs.filter((e) => e.type !== 'audio').map((e) => e.type)).to.deep.equal([
       'start',
       'pause',
@@ -348,12 +348,22 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
   });
 
   it('goes on through a pause judged mid-sentence; the silence window still ends it', () => {
-    const evs = run(AUDIO.length, () => false);
+    const evs = run(AUDIO.length, () => Infinity);
     const [only, ...rest] = stops(evs);
     expect(rest).to.deep.equal([]);
     expect(only.reason).to.equal('end_of_speech');
     // 3 prefix + 8 speech + 6 pause + 8 speech + 3 trailing pad.
     expect(only.pcm.length).to.equal(28 * WINDOW_BYTES);
+  });
+
+  it('a verdict that asks for more silence ends the utterance once the pause is that long, not before', () => {
+    // The pause inside is 6 windows: 5 windows (160 ms) end it there, 7 (224 ms) let it go on.
+    const ends = (ms: number) => stops(run(AUDIO.length, () => ms)).length;
+    expect(ends(160)).to.equal(2);
+    expect(ends(224)).to.equal(1);
+    const [first] = stops(run(AUDIO.length, () => 160));
+    // 3 prefix + 8 speech + 3 of the pause's windows (trailing pad at most the prefix), as at once.
+    expect(first.pcm.length).to.equal(14 * WINDOW_BYTES);
   });
 
   it('waits for the verdict, so the cut depends on the audio alone, not on how it arrives', () => {
@@ -363,10 +373,12 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
     expect(evs.at(-1)?.type).to.equal('pause');
     expect(seg.push(pcm('SSSS'))).to.deep.equal([]);
     expect(() => seg.flush()).to.throw(/verdict/);
-    expect(seg.verdict(99, true), 'an answer to another pause').to.deep.equal([]);
-    const reference = run(AUDIO.length, (n) => n === 1).filter((e) => e.type !== 'audio');
+    expect(seg.verdict(99, 0), 'an answer to another pause').to.deep.equal([]);
+    const reference = run(AUDIO.length, (n) => (n === 1 ? 0 : Infinity)).filter((e) => e.type !== 'audio');
     for (const frame of [2, 640, 3 * WINDOW_BYTES, 4096])
-      expect(run(frame, (n) => n === 1).filter((e) => e.type !== 'audio')).to.deep.equal(reference);
+      expect(run(frame, (n) => (n === 1 ? 0 : Infinity)).filter((e) => e.type !== 'audio')).to.deep.equal(
+        reference,
+      );
   });
 
   it("a closing session's flush does not wait for a verdict: it ends the utterance with all audio before it", async () => {

@@ -1,6 +1,6 @@
 /** `session.update` options (interface 4.9) checked by the project's ajv: pure function, no server. */
 import { expect } from 'chai';
-import { applySessionUpdate, type SessionSettings } from '../../realtime/options.js';
+import { applySessionUpdate, presentSettings, type SessionSettings } from '../../realtime/options.js';
 import { MAX_SPEECH_MS_CAP, VAD_DEFAULTS } from '../../shared/config/realtime.js';
 
 const base: SessionSettings = {
@@ -51,6 +51,26 @@ describe('unit: session.update options', () => {
         base.sentenceEndSilenceMs,
       );
     }
+  });
+
+  it('vad_eagerness: a level judges pauses with vad_silence_ms as the longest wait; null or a window alone is fixed', () => {
+    expect(base.eagerness, 'opt-in: the window by default').to.equal(null);
+    const high = update({ vad_eagerness: 'high' });
+    expect(high.ok && [high.settings.eagerness, high.settings.silenceMs]).to.deep.equal(['high', 640]);
+    const both = update({ vadEagerness: 'low', vad_silence_ms: 1000 });
+    expect(both.ok && [both.settings.eagerness, both.settings.silenceMs]).to.deep.equal(['low', 1000]);
+    const off = applySessionUpdate(
+      (high.ok && high.settings) as SessionSettings,
+      { vad_eagerness: null },
+      caps,
+    );
+    // Back from a level: the default window with its sentence-end check.
+    expect(
+      off.ok && [off.settings.eagerness, off.settings.silenceMs, off.settings.sentenceEndSilenceMs],
+    ).to.deep.equal([null, 300, base.sentenceEndSilenceMs]);
+    expect(off.ok && presentSettings(off.settings).vad_eagerness).to.equal(null);
+    const bad = update({ vad_eagerness: 'eager' });
+    expect(bad.ok === false && bad.field).to.equal('vad_eagerness');
   });
 
   it('rejects a wrong type or an out-of-range number and names the field', () => {

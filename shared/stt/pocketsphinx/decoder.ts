@@ -346,25 +346,29 @@ export class Decoder {
    * sentence ends after the words decoded so far (the partial hypothesis's
    * last two words as history; 0 when no word has been decoded yet).
    */
-  sentenceEnd(): number {
+  sentenceEnd(): { probability: number; order: number; words: string[] } {
     if (!this.ps) throw new Error('decoder closed');
     // During a session's bootstrap the search lags by the normaliser's lookahead: it catches up first.
     if (this.normaliser) this.search(this.normaliser.catchUp());
     const hyp = this.b.ps_get_hyp(this.ps, [0]) as string | null;
-    const words = (hyp ?? '').split(' ').filter((w) => w !== '' && !isFiller(w));
-    if (words.length === 0) return 0;
+    const words = (hyp ?? '')
+      .split(' ')
+      .filter((w) => w !== '' && !isFiller(w))
+      .map((w) => w.replace(/\(\d+\)$/, ''));
+    const none = { probability: 0, order: 0, words: words.slice(-3) };
+    if (words.length === 0) return none;
     const lm = (this.lm ??= this.b.ps_get_lm(this.ps, this.b.ps_get_search(this.ps)));
-    if (!lm) return 0;
+    if (!lm) return none;
     const history = words
       .slice(-2)
       .reverse()
-      .map((w) => this.b.ngram_wid(lm, w.replace(/\(\d+\)$/, '')) as number);
+      .map((w) => this.b.ngram_wid(lm, w) as number);
     const used = [0];
     const p = this.b.ngram_ng_prob(lm, this.b.ngram_wid(lm, '</s>'), history, history.length, used) as number;
-    // Only a trigram the model knows counts: a backed-off estimate is what garbled words get (measured
-    // on test/audio/corpus/turns: misheard halves of sentences scored 0.18-0.30 from bigrams and unigrams).
-    if (used[0] < 3) return 0;
-    return this.b.logmath_exp(this.b.ps_get_logmath(this.ps), p) as number;
+    // The order tells a trigram the model knows from a backed-off estimate, which is what garbled words
+    // get (measured on test/audio/corpus/turns: misheard halves of sentences scored 0.18-0.30 from bigrams).
+    const probability = this.b.logmath_exp(this.b.ps_get_logmath(this.ps), p) as number;
+    return { probability, order: used[0], words: none.words };
   }
 
   private process(pcm: Int16Array, fullUtterance: boolean): void {

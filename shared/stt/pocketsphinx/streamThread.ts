@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import { initialCmn, type CmnEstimate, type CmnSettings } from './cmn.js';
 import { Decoder, type DecoderOptions, type RecognizedWord } from './decoder.js';
 import type { BiasSpec } from '../bias/compile.js';
+import type { SentenceEndCues } from '../types.js';
 
 export interface StreamThreadData extends DecoderOptions {
   sessionCmn: CmnSettings;
@@ -31,7 +32,7 @@ export type FromStreamThread =
   | { type: 'ready'; initMs: number }
   | { type: 'result'; utt: number; words: RecognizedWord[]; decodeMs: number }
   | { type: 'failed'; utt: number; message: string }
-  | { type: 'sentenceEnd'; req: number; probability: number };
+  | { type: 'sentenceEnd'; req: number; cues: SentenceEndCues };
 
 const port = parentPort!;
 const opts = workerData as StreamThreadData;
@@ -139,13 +140,13 @@ port.on('message', (m: ToStreamThread) => {
       return;
     }
     case 'sentenceEnd': {
-      let probability = 0;
+      let cues: SentenceEndCues = { probability: 0, order: 0, words: [] };
       try {
-        probability = open.get(m.utt)?.sentenceEnd() ?? 0;
+        cues = open.get(m.utt)?.sentenceEnd() ?? cues;
       } catch {
         // A decoder that cannot say keeps the silence window.
       }
-      port.postMessage({ type: 'sentenceEnd', req: m.req, probability } satisfies FromStreamThread);
+      port.postMessage({ type: 'sentenceEnd', req: m.req, cues } satisfies FromStreamThread);
       return;
     }
     case 'cancel':
