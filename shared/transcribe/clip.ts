@@ -39,8 +39,7 @@ import {
 import { HttpRefusal } from '../http/refusal.js';
 import { DISK_RETRY_AFTER_SECONDS, InsufficientStorageError, isDiskFull } from '../disk.js';
 import { FairShare } from '../fairShare.js';
-import { type OnPiece, transcribePieces } from './long.js';
-import type { Slice } from '../audio/slicing.js';
+import { type OnPiece, type Piece, transcribePieces } from './long.js';
 
 /**
  * Uploads decoded at once in one process (issue 22): each decode holds up to
@@ -151,7 +150,7 @@ export async function transcribeClip(
   audio: DecodedAudio,
   req: Omit<TranscribeRequest, 'pcm'>,
   policy: ClipPolicy,
-  pieces?: { slices?: Slice[]; onPiece: OnPiece },
+  pieces?: { slices?: Piece[]; onPiece: OnPiece },
 ): Promise<TranscribeResult> {
   try {
     if (pieces) return await transcribePieces(engine, audio, req, pieces);

@@ -23,6 +23,16 @@ const CUT_SEARCH_SECONDS = 10;
 /** A piece whose loudest frame is below this (dBFS) is silence: nothing to transcribe. */
 export const SILENT_PIECE_DB = -60;
 
+/**
+ * A piece to transcribe. `keepFrom` (seconds, on the audio's time line): the
+ * words before it were already given by a shorter piece (a stream's first,
+ * api/routes/openai/stream.ts), so this one is decoded from `start` for its
+ * context and keeps only the words centred at or after `keepFrom`.
+ */
+export interface Piece extends Slice {
+  keepFrom?: number;
+}
+
 /** A piece as it is transcribed: its words, on the audio's time line, in order (streaming answers). */
 export type OnPiece = (
   words: TranscriptWord[],
@@ -33,10 +43,10 @@ export async function transcribePieces(
   engine: Pick<SpeechEngine, 'transcribe'>,
   audio: DecodedAudio,
   req: Omit<TranscribeRequest, 'pcm'>,
-  opts: { slices?: Slice[]; onPiece?: OnPiece } = {},
+  opts: { slices?: Piece[]; onPiece?: OnPiece } = {},
 ): Promise<TranscribeResult> {
   const envelope = audio.envelope ?? energyEnvelope(audio.pcm ?? Buffer.alloc(0));
-  const slices =
+  const slices: Piece[] =
     opts.slices ??
     planSlices(envelope, audio.seconds, {
       segmentSeconds: LONG_PIECE_SECONDS,
@@ -56,7 +66,10 @@ export async function transcribePieces(
     workerId = r.workerId;
     fallbackUsed ||= r.fallbackUsed;
     engineMs += r.engineMs;
-    const piece = r.words.map((w) => ({ ...w, start: slice.start + w.start, end: slice.start + w.end }));
+    const keepFrom = slice.keepFrom ?? -Infinity;
+    const piece = r.words
+      .map((w) => ({ ...w, start: slice.start + w.start, end: slice.start + w.end }))
+      .filter((w) => (w.start + w.end) / 2 >= keepFrom);
     words.push(...piece);
     await opts.onPiece?.(piece, r);
   }

@@ -234,19 +234,18 @@ export function startWorkerProcess(env: Record<string, string>, callLog: string)
   });
 }
 
+/** The recordings of `buildMinuteOfSpeech`, in order (their references are in test/audio/refs.tsv). */
+export const MINUTE_OF_SPEECH_CLIPS = [
+  'librispeech-1221-135766-0001.wav',
+  'jfk.wav',
+  'librivox-austen-0870.wav',
+  'librispeech-1089-134686-0001.wav',
+  'librivox-austen-0890.wav',
+  'jfk.wav',
+  'librivox-austen-0880.wav',
+];
+
 /** About a minute of speech: six recordings (jfk.wav twice) with pauses between them, as `out`. */
 export function buildMinuteOfSpeech(out: string): string {
-  return buildRecording(
-    out,
-    [
-      'librispeech-1221-135766-0001.wav',
-      'jfk.wav',
-      'librivox-austen-0870.wav',
-      'librispeech-1089-134686-0001.wav',
-      'librivox-austen-0890.wav',
-      'jfk.wav',
-      'librivox-austen-0880.wav',
-    ],
-    0.8,
-  );
+  return buildRecording(out, MINUTE_OF_SPEECH_CLIPS, 0.8);
 }

@@ -1,11 +1,31 @@
 /**
  * The playground's live microphone gives the command-line client's words
- * (issue 39): samples/jfk.wav through the CLI (cli/stream.ts, the file's
- * own 16 kHz samples) and through Chromium's fake microphone, whose device
- * and AudioContext run at 44.1 kHz, into the page's AudioWorklet resampler.
- * The box filter the worklet used to resample with lost half of jfk's words
- * at that rate ("and all my fellow american | and | hi | why'd y'all been
- * made into the u …"); the windowed-sinc one gives the CLI's.
+ * (issue 39): a clip played by Chromium's fake microphone into the page
+ * (AudioWorklet resampler, frames to the realtime socket) against the same
+ * clip through `npm run stream` (cli/stream.ts), on one service.
+ *
+ * The fake microphone plays the file from when the page opens it, looping:
+ * each file here is 2 s of silence, the clip, then a minute of silence, so
+ * the page's session hears the clip once, whole, from its start, as the
+ * CLI's session does. (A later pass of a looping clip is not the same
+ * audio for the service: the session has heard it before, and its VAD and
+ * cepstral estimate carry that; the file streamed three times through the
+ * CLI garbles its second and third passes just as the page did.)
+ *
+ * Two comparisons:
+ * - the page's words equal the CLI's on the audio the page sent (captured
+ *   from its socket as it sends it, then streamed with `npm run stream`):
+ *   whatever the page does to the audio, the frames it sends, their timing
+ *   and the session-token path add nothing;
+ * - the page's words against the CLI's on the file, within what the engine
+ *   itself moves when the same clip starts at another fraction of a 10 ms
+ *   frame (a browser's capture starts at an arbitrary one, and PocketSphinx's
+ *   words move with it; docs/decisions/surface.md, "The microphone's words"):
+ *   `npm run stream` on the file after 1 s of zeros and 0 to 160 samples
+ *   more (fractions by windowed sinc), 27 shifts: at most 1 word of 18 on
+ *   the LibriSpeech clip; on jfk.wav, whose short, quiet phrases are the
+ *   engine's most fragile, 30 shifts: WER 0 to 0.67 against the unshifted file
+ *   (median about 0.1), so there only the first comparison says much.
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -15,9 +35,10 @@ import { expect } from 'chai';
 import { chromium, type Browser } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { issueServiceKey, REPO_ROOT, startService, type RunningService } from '../helpers/service.js';
-import { wer } from '../speech/helpers.js';
+import { pcmToWav } from '../../shared/audio/index.js';
+import { pcmOf, wer } from '../speech/helpers.js';
 
-const SAMPLE = path.join(REPO_ROOT, 'samples/jfk.wav');
+const LEAD_SECONDS = 2;
 
 /** Debian's Chromium with a fake microphone playing `wav` (looped), the prompt granted. */
 function launchWithMic(wav: string): Promise<Browser> {
@@ -29,39 +50,54 @@ function launchWithMic(wav: string): Promise<Browser> {
   });
 }
 
-/** Lower-case words of a transcript. */
-const words = (text: string) =>
-  text
-    .toLowerCase()
-    .replace(/[^a-z' ]+/g, ' ')
-    .split(/\s+/)
-    .filter(Boolean);
+/** The words of `npm run stream -- <file>`, one line per utterance. */
+function cliWords(file: string, key: string, baseUrl: string): string {
+  const out = execFileSync(
+    process.execPath,
+    ['--import', 'tsx', 'cli/stream.ts', file, '--key', key, '--url', baseUrl],
+    { cwd: REPO_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
+  );
+  return out
+    .split('\n')
+    .map((l) => l.replace(/^#\d+ \S+ /, '').replace('(no words)', ''))
+    .join(' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+}
+
+const samples = (pcm: Buffer) => new Int16Array(pcm.buffer, pcm.byteOffset, pcm.length >> 1);
 
 /**
- * The lowest WER of `reference` against any run of `hypothesis`'s words about
- * as long as it: the fake microphone loops the clip and the page joins it
- * mid-clip, so one whole pass is somewhere in what the page showed.
+ * Where `clip` lies in `heard` (samples) and how alike the two are there
+ * (correlation): the lag of best correlation within 20 ms of where their
+ * first clearly audible samples line up.
  */
-function bestPass(reference: string, hypothesis: string): { wer: number; text: string } {
-  const ref = words(reference);
-  const hyp = words(hypothesis);
-  let best = { wer: 1, text: '' };
-  for (let start = 0; start < hyp.length; start++) {
-    for (let len = ref.length - 3; len <= ref.length + 3; len++) {
-      if (len <= 0 || start + len > hyp.length) continue;
-      const text = hyp.slice(start, start + len).join(' ');
-      const w = wer(ref.join(' '), text);
-      if (w < best.wer) best = { wer: w, text };
+function locate(heard: Int16Array, clip: Int16Array): { at: number; r: number } {
+  const onset = (x: Int16Array) => x.findIndex((v) => Math.abs(v) > 1000);
+  const guess = onset(heard) - onset(clip);
+  let best = { at: -1, r: -1 };
+  for (let at = Math.max(0, guess - 320); at <= guess + 320; at++) {
+    if (at + clip.length > heard.length) break;
+    let xy = 0;
+    let xx = 0;
+    let yy = 0;
+    for (let i = 0; i < clip.length; i++) {
+      const x = heard[at + i];
+      const y = clip[i];
+      xy += x * y;
+      xx += x * x;
+      yy += y * y;
     }
+    const r = xy / Math.sqrt(xx * yy);
+    if (r > best.r) best = { at, r };
   }
   return best;
 }
 
-describe('playground microphone against the CLI (Chromium, fake microphone at 44.1 kHz)', function () {
-  this.timeout(300_000);
+describe('playground microphone against the CLI (Chromium, fake microphone)', function () {
+  this.timeout(600_000);
   let db: TestDatabase;
   let svc: RunningService;
-  let browser: Browser | undefined;
   let tmp: string;
   let key: string;
 
@@ -73,59 +109,97 @@ describe('playground microphone against the CLI (Chromium, fake microphone at 44
   });
 
   after(async () => {
-    await browser?.close();
     await svc?.stop();
     await db?.drop();
     if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  // Skipped until the live path's second cause is found: with the windowed-sinc resampler the
-  // worklet's output of jfk at 44.1 and 48 kHz, decoded offline, gives the CLI's words, but through
-  // Chromium a full pass still reads at 0.33 WER against the CLI (issue 39 item 5, open).
-  it.skip('speaking jfk.wav into the page gives the words `npm run stream` gives for the file', async () => {
-    const cli = execFileSync(
-      process.execPath,
-      ['--import', 'tsx', 'cli/stream.ts', SAMPLE, '--key', key, '--url', svc.baseUrl],
-      { cwd: REPO_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] },
-    );
-    const cliText = cli
-      .split('\n')
-      .map((l) => l.replace(/^#\d+ \S+ /, '').replace('(no words)', ''))
-      .join(' ');
-    expect(words(cliText).length, cli).to.be.at.least(15);
-
-    // The clip then 3 s of silence, so that each pass of the looping fake microphone ends its utterances.
+  /** The clip spoken once into the page: the words it showed, the audio it sent, the context's rate. */
+  async function throughPage(clip: string): Promise<{ shown: string; sent: Buffer; rate: number }> {
     const mic = path.join(tmp, 'mic.wav');
-    execFileSync('sox', [SAMPLE, mic, 'pad', '0', '3']);
-    browser = await launchWithMic(mic);
-    const page = await browser.newPage();
-    await page.goto(`${svc.baseUrl}/`);
-    await page.fill('#key', key);
-    await page.click('#key-form button');
-    await page.locator('#key-status.ok').waitFor({ timeout: 30_000 });
-    await page.click('#mic-start');
-    await page.locator('#mic-status.ok').waitFor({ timeout: 30_000 });
-    const rate = await page.evaluate(async () => {
-      const s = await navigator.mediaDevices.getUserMedia({ audio: true });
-      const r = s.getAudioTracks()[0].getSettings().sampleRate;
-      s.getTracks().forEach((t) => t.stop());
-      return r;
-    });
-
-    // Two passes of the 14 s loop and the answers of the second.
-    const done = page.locator('#utterances li.done .text');
-    let best = { wer: 1, text: '' };
-    let shown = '';
-    for (const t0 = Date.now(); Date.now() - t0 < 90_000; await page.waitForTimeout(1000)) {
-      shown = (await done.allInnerTexts()).join(' ');
-      best = bestPass(cliText, shown);
-      if (best.wer === 0 || Date.now() - t0 > 40_000) break;
+    execFileSync('sox', [clip, mic, 'pad', String(LEAD_SECONDS), '60']);
+    const browser = await launchWithMic(mic);
+    try {
+      const page = await browser.newPage();
+      // Watches the page's socket: each binary frame it sends is kept (and sent as it would be).
+      await page.addInitScript(() => {
+        const w = window as unknown as { sentFrames: number[][]; sampleRates: number[] };
+        w.sentFrames = [];
+        w.sampleRates = [];
+        const send = WebSocket.prototype.send;
+        WebSocket.prototype.send = function (data) {
+          if (data instanceof ArrayBuffer) w.sentFrames.push(Array.from(new Int16Array(data.slice(0))));
+          return send.call(this, data);
+        };
+        const Context = window.AudioContext;
+        window.AudioContext = class extends Context {
+          constructor(opts?: AudioContextOptions) {
+            super(opts);
+            w.sampleRates.push(this.sampleRate);
+          }
+        };
+      });
+      await page.goto(`${svc.baseUrl}/`);
+      await page.fill('#key', key);
+      await page.click('#key-form button');
+      await page.locator('#key-status.ok').waitFor({ timeout: 30_000 });
+      await page.click('#mic-start');
+      await page.locator('#mic-status.ok').waitFor({ timeout: 30_000 });
+      // The lead-in, the clip and 3 s after it sent, then every utterance answered.
+      const until = LEAD_SECONDS + pcmOf(clip).length / 32000 + 3;
+      const sentSeconds = () =>
+        page.evaluate(() => (window as unknown as { sentFrames: unknown[] }).sentFrames.length / 10);
+      for (const t0 = Date.now(); Date.now() - t0 < 120_000; await page.waitForTimeout(500)) {
+        if ((await sentSeconds()) < until) continue;
+        if ((await page.locator('#utterances li.pending').count()) === 0) break;
+      }
+      await page.click('#mic-stop');
+      const shown = (await page.locator('#utterances li.done .text').allInnerTexts())
+        .map((t) => t.replace('(no words)', ''))
+        .join(' ')
+        .replace(/\s+/g, ' ')
+        .trim();
+      const { frames, rates } = await page.evaluate(() => {
+        const w = window as unknown as { sentFrames: number[][]; sampleRates: number[] };
+        return { frames: w.sentFrames, rates: w.sampleRates };
+      });
+      return { shown, sent: Buffer.from(Int16Array.from(frames.flat()).buffer), rate: rates[0] };
+    } finally {
+      await browser.close();
     }
-    await page.click('#mic-stop');
-    expect(rate, 'the fake device’s rate').to.be.a('number');
-    // Decodes are not bit-for-bit repeatable between decoder instances: a word may differ.
-    expect(best.wer, `CLI: ${cliText}\npage (${rate} Hz): ${shown}\nbest pass: ${best.text}`).to.be.at.most(
-      0.1,
-    );
-  });
+  }
+
+  const CLIPS = [
+    // The tolerance is the engine's own spread over where in a 10 ms frame the clip starts (see above).
+    { name: 'jfk.wav', file: path.join(REPO_ROOT, 'samples/jfk.wav'), tolerance: 0.75 },
+    {
+      name: 'librispeech-1089-134686-0001.wav',
+      file: path.join(REPO_ROOT, 'test/audio/librispeech-1089-134686-0001.wav'),
+      tolerance: 0.12,
+    },
+  ];
+
+  for (const clip of CLIPS) {
+    it(`speaking ${clip.name} into the page gives the words \`npm run stream\` gives`, async () => {
+      const cli = cliWords(clip.file, key, svc.baseUrl);
+      expect(cli.split(' ').length, cli).to.be.at.least(10);
+
+      const { shown, sent, rate } = await throughPage(clip.file);
+      expect(rate, 'the AudioContext’s rate').to.be.oneOf([44100, 48000]);
+      const wav = path.join(tmp, 'sent.wav');
+      fs.writeFileSync(wav, pcmToWav(sent));
+      const heard = locate(samples(sent), samples(pcmOf(clip.file)));
+      const replay = cliWords(wav, key, svc.baseUrl);
+      const report =
+        `CLI on the file:      ${cli}\npage (${rate} Hz):    ${shown}\nCLI on what it sent: ${replay}\n` +
+        `clip at ${(heard.at / 16000).toFixed(3)} s of ${(sent.length / 32000).toFixed(1)} s sent, r ${heard.r.toFixed(4)}`;
+      // The page sent the clip once, whole, after part of its lead-in, as the file has it.
+      expect(heard.at / 16000, report).to.be.within(0.3, LEAD_SECONDS + 0.5);
+      expect(heard.r, report).to.be.at.least(0.97);
+      // The page's words are the CLI's on the same audio (decoders may differ by a word between instances).
+      expect(wer(replay, shown), report).to.be.at.most(1 / replay.split(' ').length);
+      // And the CLI's on the file, within the engine's own spread for a clip shifted by part of a frame.
+      expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
+    });
+  }
 });

@@ -23,6 +23,7 @@ const STATIC = [
 const FILES: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/playground/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  '/playground/mic.js': { file: 'mic.js', type: 'text/javascript; charset=utf-8' },
   '/playground/pcm-worklet.js': { file: 'pcm-worklet.js', type: 'text/javascript; charset=utf-8' },
   '/playground/style.css': { file: 'style.css', type: 'text/css; charset=utf-8' },
 };
