@@ -4,12 +4,11 @@
  * clip comes back with its names only when the job says them.
  */
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import request from 'supertest';
 import { pcmToWav } from '../../shared/audio/index.js';
-import { loadTerms } from '../audio/corpus/terms.js';
+import { termsClip } from '../audio/corpus/terms.js';
 import {
   createBatchTestApp,
   issueKey,
@@ -27,21 +26,7 @@ describe('batch jobs take the prompt and the key vocabulary (issue 37)', functio
   before(async () => {
     t = await createBatchTestApp({}, { start: true });
     const dir = tmpDir();
-    const clip = loadTerms().find((c) => c.file.endsWith('00-0-flite-slt-clean.flac'))!;
-    const pcm = execFileSync('ffmpeg', [
-      '-v',
-      'error',
-      '-i',
-      clip.file,
-      '-f',
-      's16le',
-      '-ac',
-      '1',
-      '-ar',
-      '16000',
-      '-',
-    ]);
-    fs.writeFileSync(path.join(dir, 'k8s.wav'), pcmToWav(pcm));
+    fs.writeFileSync(path.join(dir, 'k8s.wav'), pcmToWav(termsClip('00-0-flite-slt-clean.flac').pcm));
     files = await startFileServer(dir);
   });
   after(async () => {

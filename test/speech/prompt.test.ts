@@ -10,32 +10,18 @@
  */
 import { expect } from 'chai';
 import request from 'supertest';
-import { execFileSync } from 'node:child_process';
 import { pcmToWav } from '../../shared/audio/index.js';
 import { startSpeechApp, type SpeechTestApp } from './app.js';
 import { ADMIN_PREFIX } from '../../api/routes/admin/index.js';
 import { SEGMENT_PATH } from '../../api/routes/segment/index.js';
-import { loadTerms } from '../audio/corpus/terms.js';
+import { termsClip } from '../audio/corpus/terms.js';
 import { connect, bearer, silence, realtimeWithBuiltinEngine } from '../realtime/helpers.js';
 
 const SEGMENT = SEGMENT_PATH;
 const ADMIN = 'prompt-test-admin-token';
 const clipWav = (name: string) => {
-  const clip = loadTerms().find((c) => c.file.endsWith(name))!;
-  const pcm = execFileSync('ffmpeg', [
-    '-v',
-    'error',
-    '-i',
-    clip.file,
-    '-f',
-    's16le',
-    '-ac',
-    '1',
-    '-ar',
-    '16000',
-    '-',
-  ]);
-  return { wav: pcmToWav(pcm), pcm, clip };
+  const clip = termsClip(name);
+  return { wav: pcmToWav(clip.pcm), pcm: clip.pcm, clip };
 };
 // "we moved the grafana dashboards onto kubernetes last week", flite slt, clean.
 const k8s = clipWav('00-0-flite-slt-clean.flac');

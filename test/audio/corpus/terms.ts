@@ -78,6 +78,20 @@ export function loadTerms(): TermsRow[] {
   });
 }
 
+/** A terms clip by file name (`00-0-flite-slt-clean.flac`): its row and its 16 kHz mono PCM16 samples. */
+export function termsClip(name: string): TermsRow & { pcm: Buffer } {
+  const row = loadTerms().find((c) => c.file.endsWith(name));
+  if (!row) throw new Error(`no terms clip ${name}`);
+  const pcm = execFileSync(
+    'ffmpeg',
+    ['-v', 'error', '-i', row.file, '-f', 's16le', '-ac', '1', '-ar', '16000', '-'],
+    {
+      maxBuffer: 1 << 26,
+    },
+  );
+  return { ...row, pcm };
+}
+
 function main(): void {
   const rows = fs
     .readFileSync(path.join(HERE, 'terms.txt'), 'utf8')
