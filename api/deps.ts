@@ -2,7 +2,7 @@
  * The composition root of the API process: every dependency a route, the
  * batch plane or the server needs is built here, once, from the config —
  * the database, the plan catalog, key store and authenticator, the limits
- * driver, the usage ledger, the speech engine, the batch runtime, the
+ * driver, the usage ledger and audio budget, the speech engine, the batch runtime, the
  * realtime upstream and every readiness check. Nothing below adds to or
  * replaces what is built here: routes and runtimes receive it.
  *
@@ -73,12 +73,12 @@ export interface DepsOptions {
 
 export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {}): AppDeps {
   const platform = createPlatform(config, logger);
-  const { db, ledger, speech, limits } = platform;
+  const { db, ledger, budget, speech, limits } = platform;
   const batch = new BatchRuntime({
     config,
     logger,
     db,
-    ledger,
+    budget,
     speech,
     store: opts.store ?? createArtifactStore(config.batch.storage),
     outbound: new OutboundClient(config.batch.outbound.allow, config.batch.outbound),
@@ -107,6 +107,7 @@ export function createDeps(config: Config, logger: Logger, opts: DepsOptions = {
     auth: platform.auth,
     limits,
     ledger,
+    budget,
     speech,
     platform,
     batch,

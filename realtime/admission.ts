@@ -11,13 +11,12 @@
  * async checks run after `onAborted` is attached, and the upgrade (or the
  * refusal) is written inside `cork` only if the client is still there.
  */
-import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { HttpRequest, HttpResponse, us_socket_context_t } from 'uWebSockets.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import { Authenticator, authFailure, type AuthResult, type Principal } from '../shared/auth/index.js';
 import type { UsageLedger } from '../shared/usage.js';
-import { UsageBudget } from '../shared/usage/budget.js';
+import type { UsageBudget } from '../shared/usage/budget.js';
 import * as metrics from './metrics.js';
 import type { CircuitBreaker } from './breaker.js';
 import type { ConnectionQuota } from './quota.js';
@@ -101,10 +100,10 @@ export type Dialect = 'native' | 'openai';
 
 export interface AdmissionDeps {
   rt: RealtimeConfig;
-  usageWindowSeconds: number;
-  db: Knex;
   auth: Authenticator;
   ledger: UsageLedger;
+  /** The process's audio budget: each session reserves what it may use of its key's window. */
+  budget: UsageBudget;
   breaker: CircuitBreaker;
   quota: ConnectionQuota;
   sessions: ReadonlySet<RealtimeSession>;
@@ -120,7 +119,6 @@ export type UpgradeHandler = (res: HttpResponse, req: HttpRequest, context: us_s
 /** The `upgrade` handlers of the stream path (`native`) and of `/v1/realtime` (`openai`); one count of upgrades in progress. */
 export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHandler {
   const { rt, breaker, quota, sessions, log } = deps;
-  const windowBudget = new UsageBudget(deps.db, deps.usageWindowSeconds);
 
   // Overload refuses new sessions early (before auth) so that open ones keep their utterances.
   // Authenticated upgrades between their check and their session's start count as sessions; upgrades
@@ -286,18 +284,18 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
         // session), so concurrent sessions cannot overspend it; the reservation ends once it is billed.
         const limits = principal.limits;
         let budget = Math.min(limits.maxAudioSecondsPerSession, limits.maxAudioSecondsPerWindow);
+        const reservation = deps.budget.reservation({
+          plane: 'realtime',
+          refId: sessionId,
+          keyId: principal.keyId,
+        });
         let reserved = false;
         try {
-          const decision = await windowBudget.reserveUpTo(
-            {
-              plane: 'realtime',
-              refId: sessionId,
-              keyId: principal.keyId,
-              seconds: budget,
-              ttlSeconds: limits.maxSessionSeconds + 60,
-            },
-            limits.maxAudioSecondsPerWindow,
-          );
+          const decision = await reservation.reserveUpTo({
+            seconds: budget,
+            limit: limits.maxAudioSecondsPerWindow,
+            ttlSeconds: limits.maxSessionSeconds + 60,
+          });
           reserved = decision.ok;
           // Nothing left: admitted, and ended at once with 1008 audio_quota_exhausted (interface 7.3).
           budget = decision.ok ? decision.seconds : limits.maxAudioSecondsPerWindow - decision.used;
@@ -308,7 +306,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           await quota.release(sessionId);
           // No session, no bill: nothing else would end the reservation before its TTL (the plan's
           // session length + 60 s), and the key's window would stay short by it until then.
-          if (reserved) await windowBudget.release('realtime', sessionId);
+          if (reserved) await reservation.release();
           return;
         }
         const data: SocketData = {

@@ -22,10 +22,10 @@ export class UsageMeter {
 
   constructor(
     private readonly ledger: UsageLedger,
+    /** Bills each ended session through its budget reservation (made at the upgrade, realtime/admission.ts). */
+    private readonly budget: UsageBudget,
     private readonly live: () => Iterable<MeteredSession>,
     checkpointMs: number,
-    /** Releases each session's budget reservation once it is billed (absent: nothing reserved). */
-    private readonly budget?: Pick<UsageBudget, 'release'>,
   ) {
     this.timer = setInterval(() => void this.checkpoint(), checkpointMs);
     this.timer.unref();
@@ -52,12 +52,9 @@ export class UsageMeter {
     return this.checkpointing;
   }
 
-  /** The session ended: its exact audio seconds, once. */
+  /** The session ended: its exact audio seconds, once; the bill ends the session's reservation. */
   record(keyId: string, sessionId: string, audioSeconds: number): void {
-    void this.ledger
-      .record({ keyId, plane: 'realtime', refId: sessionId, audioSeconds })
-      // Billed: the session's budget reservation (realtime/admission.ts) has done its work.
-      .then(() => this.budget?.release('realtime', sessionId));
+    void this.budget.reservation({ plane: 'realtime', refId: sessionId, keyId }).bill(audioSeconds);
   }
 
   /** Stops checkpointing; resolves when every record is in Postgres or in the spool. */

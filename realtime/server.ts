@@ -7,7 +7,6 @@
  * - lifecycle.ts: one session per WebSocket, the housekeeping tick, shutdown;
  * - endpoints.ts: 426, /health, /readyz, /stats, /metrics, 404.
  */
-import { UsageBudget } from '../shared/usage/budget.js';
 import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
@@ -17,6 +16,7 @@ import type { Authenticator } from '../shared/auth/index.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
 import type { SpeechEngine } from '../shared/stt/types.js';
 import type { UsageLedger } from '../shared/usage.js';
+import type { UsageBudget } from '../shared/usage/budget.js';
 import { createVadService, type VadService } from './vad/service.js';
 import { OPENAI_REALTIME_PATH, STREAM_PATH } from '../shared/paths.js';
 import { loadUws } from './uws.js';
@@ -40,6 +40,8 @@ export interface RealtimeDeps {
   engine: SpeechEngine;
   /** The usage ledger (its owner, the composition root, starts and closes it). */
   ledger: UsageLedger;
+  /** The process's audio budget: sessions reserve at the upgrade and are billed through it. */
+  budget: UsageBudget;
 }
 
 export interface RunningRealtime {
@@ -67,12 +69,7 @@ export async function startRealtime(
   // the first sessions after a (rolling) restart waiting seconds for any transcript on a busy machine.
   await deps.engine.startStreaming?.();
   const sessions = new Set<RealtimeSession>();
-  const meter = new UsageMeter(
-    deps.ledger,
-    () => sessions,
-    deps.config.ledger.checkpointMs,
-    new UsageBudget(deps.db, deps.config.usageWindowSeconds),
-  );
+  const meter = new UsageMeter(deps.ledger, deps.budget, () => sessions, deps.config.ledger.checkpointMs);
   const timings = new GatewayTimings();
 
   const sessionDeps: SessionDeps = {
@@ -112,10 +109,9 @@ export async function startRealtime(
 
   const upgrade = admission({
     rt,
-    usageWindowSeconds: deps.config.usageWindowSeconds,
-    db: deps.db,
     auth: deps.auth,
     ledger: deps.ledger,
+    budget: deps.budget,
     breaker,
     quota,
     sessions,

@@ -1,9 +1,11 @@
 /**
- * The platform kernel: the resources every serving process shares, built in
- * one place from the configuration and closed by one `close()` in the right
- * order (the ledger flushes while the database is still there; the database
- * goes last). The API (api/deps.ts) adds its batch plane and readiness on
- * top; the realtime tier (realtime/main.ts) uses it as it is.
+ * The platform kernel: the resources every serving process shares (the
+ * database, authentication, limits, the usage ledger and audio budget, the
+ * speech engine), built in one place from the configuration and closed by
+ * one `close()` in the right order (the ledger flushes while the database is
+ * still there; the database goes last). The API (api/deps.ts) adds its
+ * batch plane and readiness on top; the realtime tier (realtime/main.ts)
+ * uses it as it is.
  */
 import type { Knex } from 'knex';
 import type { Config } from './config/index.js';
@@ -14,6 +16,7 @@ import { createLimits, type LimitsDriver } from './limits/index.js';
 import { createSpeechEngine } from './stt/index.js';
 import type { SpeechEngine } from './stt/types.js';
 import { UsageLedger } from './usage.js';
+import { UsageBudget } from './usage/budget.js';
 import type { PlanCatalog } from './plans.js';
 
 export interface Platform {
@@ -25,6 +28,8 @@ export interface Platform {
   readonly auth: Authenticator;
   readonly limits: LimitsDriver;
   readonly ledger: UsageLedger;
+  /** The plan's audio budget, the one of this process: every plane reserves, bills and releases through it. */
+  readonly budget: UsageBudget;
   /** The speech engine of this process (its decoders load now, not on the first request). */
   readonly speech: ReturnType<typeof createSpeechEngine>;
   /** Closes everything above, the database last; never throws. */
@@ -47,6 +52,7 @@ export function createPlatform(config: Config, logger: Logger, parts: PlatformPa
   const { plans, keys, auth } = createAuthentication(config, db, logger);
   const limits = createLimits(config.redisUrl, parts.limitsPrefix);
   const ledger = new UsageLedger(db, config.ledger, logger).start();
+  const budget = new UsageBudget(db, config.usageWindowSeconds, ledger);
   const speech = parts.speech ? borrowed(parts.speech) : createSpeechEngine(config, logger);
   return {
     config,
@@ -57,6 +63,7 @@ export function createPlatform(config: Config, logger: Logger, parts: PlatformPa
     auth,
     limits,
     ledger,
+    budget,
     speech,
     async close() {
       await ledger.close().catch(() => {});

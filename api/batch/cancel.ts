@@ -10,8 +10,7 @@
  */
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { UsageBudget } from '../../shared/usage/budget.js';
-import type { UsageLedger } from '../../shared/usage.js';
+import type { UsageBudget } from '../../shared/usage/budget.js';
 import { round3 } from '../../shared/numbers.js';
 import { artifactKeys } from './artifacts.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
@@ -22,19 +21,14 @@ type Target = { id: string; ownerId: string } | { keyId: string };
 type Ended = { id: string; owner_id: string; key_id: string; request_id: string };
 
 export class Cancellation {
-  private readonly budget: UsageBudget;
-
   constructor(
     private readonly db: Knex,
     private readonly store: ArtifactStore,
-    private readonly ledger: UsageLedger,
-    usageWindowSeconds: number,
+    private readonly budget: UsageBudget,
     /** Stops this process's run of a workflow, if it has one. */
     private readonly stopRun: (workflowId: string) => void,
     private readonly log: Logger,
-  ) {
-    this.budget = new UsageBudget(db, usageWindowSeconds);
-  }
+  ) {}
 
   /** The tenant's own workflow, cancelled; whether it was still unfinished. */
   async cancel(ownerId: string, workflowId: string): Promise<boolean> {
@@ -73,15 +67,17 @@ export class Cancellation {
       .returning<Ended[]>(['id', 'owner_id', 'key_id', 'request_id']);
     for (const w of rows) {
       this.stopRun(w.id);
-      await this.billTranscribed(w);
-      await this.budget.release('batch', w.id);
+      const reservation = this.budget.reservation({ plane: 'batch', refId: w.id, keyId: w.key_id });
+      const seconds = await this.transcribedSeconds(w);
+      if (seconds > 0) await reservation.bill(round3(seconds));
+      await reservation.release();
     }
     metrics.finished.inc({ status: 'terminated' }, rows.length);
     return rows.map((r) => r.id);
   }
 
-  /** Bills the chunks the workflow itself transcribed (its checkpoints say whose they are). */
-  private async billTranscribed(w: Ended): Promise<void> {
+  /** The seconds of the chunks the workflow itself transcribed (its checkpoints say whose they are). */
+  private async transcribedSeconds(w: Ended): Promise<number> {
     const store = tenantStore(this.store, w.owner_id);
     const keys = artifactKeys(w.request_id);
     let seconds = 0;
@@ -90,12 +86,6 @@ export class Cancellation {
       const cp = await store.getJson<ChunkCheckpoint>(key);
       if (cp?.workflow_id === w.id) seconds += cp.end - cp.start;
     }
-    if (seconds > 0)
-      await this.ledger.record({
-        keyId: w.key_id,
-        plane: 'batch',
-        audioSeconds: round3(seconds),
-        refId: w.id,
-      });
+    return seconds;
   }
 }

@@ -83,11 +83,6 @@ export async function runSteps(ctx: RunContext, reviewer: RemoteReviewer): Promi
   // was billed cost no engine time and are not billed again.
   const owned = await adoptUnbilledChunks(d.db, store, keys, row.id, ordered);
   const billed = owned.filter((c) => c.workflow_id === row.id).reduce((a, c) => a + (c.end - c.start), 0);
-  await d.ledger.record({
-    keyId: row.key_id,
-    plane: 'batch',
-    audioSeconds: round3(billed),
-    refId: row.id,
-  });
+  await ctx.reservation.bill(round3(billed));
   await repo.saveOutput(row.id, { review: reviewOut, report: reported, result });
 }

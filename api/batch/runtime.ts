@@ -19,7 +19,7 @@ import { isIpLiteral, OutboundClient } from './net/index.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
-import type { UsageLedger } from '../../shared/usage.js';
+import type { UsageBudget } from '../../shared/usage/budget.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
 import { WorkflowRepo } from './repo.js';
@@ -40,7 +40,8 @@ export interface BatchRuntimeDeps {
   config: Config;
   logger: Logger;
   db: Knex;
-  ledger: UsageLedger;
+  /** The process's audio budget: jobs reserve, are billed and release through it. */
+  budget: UsageBudget;
   speech: SpeechEngine;
   /** Where artifacts live (the configured store, or a test's). */
   store: ArtifactStore;
@@ -86,8 +87,7 @@ export class BatchRuntime {
     this.cancellation = new Cancellation(
       d.db,
       d.store,
-      d.ledger,
-      d.config.usageWindowSeconds,
+      d.budget,
       (id) => this.runner?.stopRun(id),
       d.logger.child({ component: 'batch' }),
     );
@@ -129,7 +129,7 @@ export class BatchRuntime {
     const secrets = await this.webhookSecrets();
     this.runner = new WorkflowRunner({
       db: this.d.db,
-      ledger: this.d.ledger,
+      budget: this.d.budget,
       repo: this.repo,
       store: this.store,
       speech: this.d.speech,
@@ -137,7 +137,6 @@ export class BatchRuntime {
       config: cfg.batch,
       ffmpegPath: cfg.speech.audio.ffmpegPath,
       defaultModel: cfg.speech.segment.defaultModel,
-      usageWindowSeconds: cfg.usageWindowSeconds,
       chunkMemory: new ByteBudget(cfg.batch.chunkMemoryBytes),
       engineSlots: engineShare(
         cfg.batch.engineSlots || (cfg.speech.engine === 'builtin' ? cfg.speech.builtin.threads : 16),

@@ -10,7 +10,6 @@
  * workflow and the next run resumes from the checkpoints. A shutdown gives
  * the lease back at once; an outage of our own stores pauses the run.
  */
-import { UsageBudget } from '../../shared/usage/budget.js';
 import { randomBytes } from 'node:crypto';
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
@@ -36,13 +35,11 @@ export type { RunnerDeps, RunnerHooks } from './run/context.js';
 export class WorkflowRunner {
   readonly runnerId = `${process.pid}-${randomBytes(4).toString('hex')}`;
   private readonly reviewer: RemoteReviewer;
-  private readonly budget: UsageBudget;
   private readonly active = new Map<string, { abort: AbortController; done: Promise<void> }>();
   private stopping = false;
 
   constructor(private readonly d: RunnerDeps) {
     this.reviewer = new RemoteReviewer(d.config.review);
-    this.budget = new UsageBudget(d.db, d.usageWindowSeconds);
   }
 
   /**
@@ -118,6 +115,7 @@ export class WorkflowRunner {
       params: row.params,
       store: tenantStore(this.d.store, row.owner_id),
       keys: artifactKeys(row.params.request_id),
+      reservation: reservationOf(this.d, row),
       workDir,
       signal: abort.signal,
       log,
@@ -129,8 +127,8 @@ export class WorkflowRunner {
       // The webhook step waits before the workflow ends: if the hand-off below is lost, the sweeper finds it.
       if (row.params.webhook_url) await repo.stepSet(workflowId, STEPS.webhook, 'waiting');
       if (await repo.finish(workflowId, this.runnerId, 'complete')) {
-        // Billed (runSteps recorded the usage): its budget reservation has done its work.
-        await this.budget.release('batch', workflowId);
+        // Billed by runSteps, which ended the reservation: wait for that end.
+        await ctx.reservation.release();
         metrics.finished.inc({ status: 'complete' });
         log.info('workflow complete');
         await this.handOffWebhook(row, log);
@@ -155,7 +153,7 @@ export class WorkflowRunner {
       try {
         if (row.params.webhook_url) await repo.stepSet(workflowId, STEPS.webhook, 'waiting');
         if (await repo.finish(workflowId, this.runnerId, 'errored', error)) {
-          await this.budget.release('batch', workflowId);
+          await ctx.reservation.release();
           metrics.finished.inc({ status: 'errored' });
           await this.handOffWebhook(row, log);
         }
@@ -183,7 +181,7 @@ export class WorkflowRunner {
     log.error({ lapses: row.lapses }, 'workflow quarantined: its runs stopped worker processes');
     if (row.params.webhook_url) await this.d.repo.stepSet(row.id, STEPS.webhook, 'waiting');
     if (await this.d.repo.finish(row.id, this.runnerId, 'errored', error)) {
-      await this.budget.release('batch', row.id);
+      await reservationOf(this.d, row).release();
       metrics.finished.inc({ status: 'quarantined' });
       await this.handOffWebhook(row, log);
     }
@@ -205,6 +203,11 @@ export class WorkflowRunner {
       log.warn({ err }, 'webhook delivery could not be queued; the sweeper queues it again');
     }
   }
+}
+
+/** The workflow's reservation in its key's window (made by this run's probe, or an earlier run's). */
+function reservationOf(d: RunnerDeps, row: WorkflowRow) {
+  return d.budget.reservation({ plane: 'batch', refId: row.id, keyId: row.key_id });
 }
 
 /**

@@ -1,9 +1,17 @@
 /**
- * The plan's rolling audio budget (maxAudioSecondsPerWindow), one module for
- * every plane (issue 22): work reserves its audio seconds at admission,
- * atomically against what the key has billed in the window plus what other
- * work in flight holds, and the reservation lasts until the work's usage is
- * billed (or it is released on failure, or it expires when its process died).
+ * The plan's rolling audio budget (maxAudioSecondsPerWindow), one module and
+ * one instance per process for every plane (issue 22; built once by the
+ * platform, shared/platform.ts, and passed in): work reserves its audio
+ * seconds at admission, atomically against what the key has billed in the
+ * window plus what other work in flight holds, and the reservation lasts
+ * until the work's usage is billed (or it is released on failure, or it
+ * expires when its process died).
+ *
+ * Every plane goes through a `Reservation` (`budget.reservation(unit)`),
+ * which states the sequence once: `reserve`/`reserveUpTo` at admission,
+ * `bill(seconds)` (the ledger's record, then the reservation ends) or
+ * `release()` (no bill: the work failed, or never started). Both ends are
+ * idempotent and never throw.
  *
  * - segment: the decoded duration, before the engine runs;
  * - batch: the probed duration, before any chunk is transcribed;
@@ -23,16 +31,27 @@
  * metered and end at their own limits) — see docs/decisions.md.
  */
 import type { Knex } from 'knex';
+import type { UsageLedger } from './ledger.js';
 import type { Plane } from './store.js';
 
-export interface Reservation {
+/** One billable unit of work: a segment request, a realtime session, a batch workflow. */
+export interface BudgetUnit {
   plane: Plane;
+  /** The bill's reference (request, session or workflow id); unique per plane. */
   refId: string;
   keyId: string;
+}
+
+/** What a unit asks of its key's window. */
+export interface BudgetAsk {
   seconds: number;
+  /** The key's window (maxAudioSecondsPerWindow). */
+  limit: number;
   /** How long the reservation holds if nothing settles it (its process died). */
   ttlSeconds: number;
 }
+
+type Request = BudgetUnit & Omit<BudgetAsk, 'limit'>;
 
 export type BudgetDecision = { ok: true; used: number; seconds: number } | { ok: false; used: number };
 
@@ -81,7 +100,7 @@ const USED_EXCEPT_MANY = USED.replace(
 const RESERVE_BATCH = 500;
 
 interface Waiting {
-  r: Reservation;
+  r: Request;
   limit: number;
   resolve: (d: BudgetDecision) => void;
   reject: (err: unknown) => void;
@@ -91,7 +110,17 @@ export class UsageBudget {
   constructor(
     private readonly db: Knex,
     private readonly windowSeconds: number,
+    /** Where `Reservation.bill` writes (the process's usage ledger). */
+    readonly ledger: UsageLedger,
   ) {}
+
+  /**
+   * The unit's reservation: made by its `reserve`, or one made earlier
+   * (another run or process of a batch workflow) to bill or release.
+   */
+  reservation(unit: BudgetUnit): Reservation {
+    return new Reservation(this, unit);
+  }
 
   /** Seconds the key has used in the window, counting the reservations of work in flight. */
   async used(keyId: string): Promise<number> {
@@ -104,23 +133,8 @@ export class UsageBudget {
     return Number(r.rows[0].used);
   }
 
-  /**
-   * Reserves `seconds` if the key's window holds them (`limit`), in one
-   * transaction serialised per key; the same (plane, ref) reserving again
-   * replaces its reservation (a resumed job's probe).
-   */
-  reserve(r: Reservation, limit: number): Promise<BudgetDecision> {
-    return this.reserveExact(r, limit);
-  }
-
-  /**
-   * As `reserve`, but takes what the window has left when that is less (at
-   * least something). Concurrent calls for one key are answered together, in
-   * order, by one transaction (at most RESERVE_BATCH): a fan-in of many
-   * sessions of one key then costs one read of the key's window per batch,
-   * not one per session under the key's lock.
-   */
-  reserveUpTo(r: Reservation, limit: number): Promise<BudgetDecision> {
+  /** For `Reservation.reserveUpTo` (the planes reserve through a Reservation): queued per key and plane. */
+  reserveUpTo(r: Request, limit: number): Promise<BudgetDecision> {
     return new Promise((resolve, reject) => {
       const queueKey = `${r.keyId}\0${r.plane}`;
       let q = this.queues.get(queueKey);
@@ -187,7 +201,8 @@ export class UsageBudget {
     });
   }
 
-  private async reserveExact(r: Reservation, limit: number): Promise<BudgetDecision> {
+  /** For `Reservation.reserve`: one transaction serialised per key. */
+  async reserveExact(r: Request, limit: number): Promise<BudgetDecision> {
     return this.db.transaction(async (tx) => {
       await tx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [`usage_budget:${r.keyId}`]);
       const row = await tx.raw<{ rows: { used: string }[] }>(USED, {
@@ -218,10 +233,68 @@ export class UsageBudget {
   }
 
   /** Ends a reservation (its work was billed, or failed); never throws (it expires by itself). */
-  async release(plane: Plane, refId: string): Promise<void> {
+  async end(unit: BudgetUnit): Promise<void> {
     await this.db('usage_reservations')
-      .where({ plane, ref_id: refId })
+      .where({ plane: unit.plane, ref_id: unit.refId })
       .delete()
       .catch(() => {});
+  }
+}
+
+/**
+ * One unit's hold on its key's window, from admission to its bill. Every
+ * plane states the sequence through it: `reserve` (or `reserveUpTo`), then
+ * `bill(seconds)` once the work is done, or `release()` when it failed or
+ * never ran. `bill` and `release` each act once (later calls return the
+ * first call's promise) and never throw; the reservation they would end
+ * expires by itself at its TTL.
+ */
+export class Reservation {
+  private billing: Promise<void> | undefined;
+  private releasing: Promise<void> | undefined;
+
+  constructor(
+    private readonly budget: UsageBudget,
+    readonly unit: BudgetUnit,
+  ) {}
+
+  /**
+   * Reserves `ask.seconds` if the key's window holds them (`ask.limit`), in
+   * one transaction serialised per key; the same unit reserving again
+   * replaces its reservation (a resumed job's probe).
+   */
+  reserve(ask: BudgetAsk): Promise<BudgetDecision> {
+    return this.budget.reserveExact({ ...this.unit, ...ask }, ask.limit);
+  }
+
+  /**
+   * As `reserve`, but takes what the window has left when that is less (at
+   * least something). Concurrent calls for one key are answered together, in
+   * order, by one transaction (at most RESERVE_BATCH): a fan-in of many
+   * sessions of one key then costs one read of the key's window per batch,
+   * not one per session under the key's lock.
+   */
+  reserveUpTo(ask: BudgetAsk): Promise<BudgetDecision> {
+    return this.budget.reserveUpTo({ ...this.unit, ...ask }, ask.limit);
+  }
+
+  /**
+   * Bills the unit's `audioSeconds` through the usage ledger (resolves once
+   * the bill is in Postgres or the spool), then ends the reservation: the
+   * bill now counts in the window in its place. `release()` resolves when
+   * that end is done.
+   */
+  bill(audioSeconds: number): Promise<void> {
+    this.billing ??= this.budget.ledger.record({ ...this.unit, audioSeconds }).then(() => {
+      void this.release();
+    });
+    return this.billing;
+  }
+
+  /** Ends the reservation without a bill (after one, if `bill` was called); resolves when it has ended. */
+  release(): Promise<void> {
+    // Never before a bill in progress is written: the window would count neither for a moment.
+    this.releasing ??= (this.billing ?? Promise.resolve()).then(() => this.budget.end(this.unit));
+    return this.releasing;
   }
 }

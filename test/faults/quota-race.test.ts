@@ -25,7 +25,6 @@ import { createLogger } from '../../shared/logger.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { connect, createRealtimeContext, type Client } from '../realtime/helpers.js';
-import { UsageBudget } from '../../shared/usage/budget.js';
 import { tmpDir, waitFor } from './cluster.js';
 import {
   audioDir,
@@ -297,11 +296,12 @@ describe('faults: concurrent work racing the audio budget', function () {
 
     it('20 concurrent reservations of 890 s on a 3,600 s window: exactly 4 granted; a bill replaces its reservation', async () => {
       const { id } = await issueKey(t, { plan: 'free' });
-      const budget = new UsageBudget(t.deps.db, 3600);
+      const { budget } = t.deps;
+      const reservations = Array.from({ length: 20 }, (_, i) =>
+        budget.reservation({ plane: 'segment', refId: `r${i}`, keyId: id }),
+      );
       const decisions = await Promise.all(
-        Array.from({ length: 20 }, (_, i) =>
-          budget.reserve({ plane: 'segment', refId: `r${i}`, keyId: id, seconds: 890, ttlSeconds: 60 }, 3600),
-        ),
+        reservations.map((r) => r.reserve({ seconds: 890, limit: 3600, ttlSeconds: 60 })),
       );
       expect(decisions.filter((d) => d.ok).length).to.equal(4);
       expect(await budget.used(id)).to.be.closeTo(3560, 1e-6);
@@ -309,11 +309,24 @@ describe('faults: concurrent work racing the audio budget', function () {
       const granted = decisions.findIndex((d) => d.ok);
       await t.deps.ledger.record({ keyId: id, plane: 'segment', refId: `r${granted}`, audioSeconds: 890 });
       expect(await budget.used(id)).to.be.closeTo(3560, 1e-6);
-      await budget.release('segment', `r${granted}`);
+      await reservations[granted].release();
       expect(await budget.used(id)).to.be.closeTo(3560, 1e-6);
       // Without its reservations, only the bill counts.
       await t.deps.db('usage_reservations').where({ key_id: id }).delete();
       expect(await budget.used(id)).to.be.closeTo(890, 1e-6);
+    });
+
+    it('a reservation is billed once and ended once, however often bill and release are called', async () => {
+      const { id } = await issueKey(t, { plan: 'free' });
+      const r = t.deps.budget.reservation({ plane: 'segment', refId: `once-${id}`, keyId: id });
+      expect(await r.reserve({ seconds: 100, limit: 3600, ttlSeconds: 60 })).to.include({ ok: true });
+      // A release asked for while the bill is written waits for it: the window never counts neither.
+      await Promise.all([r.bill(40), r.release(), r.bill(70)]);
+      await r.release();
+      expect(await t.deps.db('usage_reservations').where({ key_id: id })).to.deep.equal([]);
+      const bills = await t.deps.db('usage_events').where({ key_id: id }).select('audio_seconds');
+      expect(bills.map((b) => Number(b.audio_seconds))).to.deep.equal([40]);
+      expect(await t.deps.budget.used(id)).to.be.closeTo(40, 1e-6);
     });
   });
 

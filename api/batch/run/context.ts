@@ -5,7 +5,7 @@ import type { BatchConfig } from '../../../shared/config/batch.js';
 import type { OutboundClient } from '../net/index.js';
 import type { ArtifactStore } from '../storage/index.js';
 import type { SpeechEngine } from '../../../shared/stt/types.js';
-import type { UsageLedger } from '../../../shared/usage.js';
+import type { Reservation, UsageBudget } from '../../../shared/usage/budget.js';
 import type { ArtifactKeys } from '../artifacts.js';
 import type { WorkflowRepo, WorkflowRow } from '../repo.js';
 import type { WorkflowParams } from '../types.js';
@@ -23,7 +23,8 @@ export interface RunnerHooks {
 
 export interface RunnerDeps {
   db: Knex;
-  ledger: UsageLedger;
+  /** The process's audio budget (the job's reservation, its bill). */
+  budget: UsageBudget;
   repo: WorkflowRepo;
   store: ArtifactStore;
   speech: SpeechEngine;
@@ -31,8 +32,6 @@ export interface RunnerDeps {
   config: BatchConfig;
   ffmpegPath: string;
   defaultModel: string;
-  /** Rolling billing window of maxAudioSecondsPerWindow. */
-  usageWindowSeconds: number;
   logger: Logger;
   hooks?: RunnerHooks;
   /** Bounds engine calls in flight across all runs of this process, shared fairly between tenants. */
@@ -59,6 +58,8 @@ export interface RunContext {
   /** The tenant's own key space. */
   readonly store: ArtifactStore;
   readonly keys: ArtifactKeys;
+  /** The workflow's hold on its key's audio window: reserved by `probe`, billed by the pipeline, released when it ends. */
+  readonly reservation: Reservation;
   /** This run's work folder (the audio, while it is needed). */
   readonly workDir: string;
   readonly signal: AbortSignal;

@@ -5,7 +5,6 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { UsageBudget } from '../../../shared/usage/budget.js';
 import { decodeToPcmFile, fetchAudio } from '../audio.js';
 import { PermanentError } from '../errors.js';
 import { round3 } from '../numbers.js';
@@ -61,19 +60,14 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
     );
   }
   // The plan's rolling audio budget covers batch jobs too: the job's seconds are reserved before any
-  // chunk is transcribed (a resumed run's probe replaces its own reservation), and the reservation is
-  // released when the workflow ends (workflow.ts), after it was billed.
+  // chunk is transcribed (a resumed run's probe replaces its own reservation); the bill ends it
+  // (pipeline.ts), or the workflow's end does (workflow.ts, cancel.ts).
   if (p.max_window_seconds !== undefined) {
-    const decision = await new UsageBudget(d.db, d.usageWindowSeconds).reserve(
-      {
-        plane: 'batch',
-        refId: ctx.row.id,
-        keyId: ctx.row.key_id,
-        seconds: duration,
-        ttlSeconds: BATCH_RESERVATION_TTL_SECONDS,
-      },
-      p.max_window_seconds,
-    );
+    const decision = await ctx.reservation.reserve({
+      seconds: duration,
+      limit: p.max_window_seconds,
+      ttlSeconds: BATCH_RESERVATION_TTL_SECONDS,
+    });
     if (!decision.ok) {
       throw new PermanentError(
         'AudioQuotaExceededError',

@@ -30,7 +30,6 @@ import {
   transcribeClip,
 } from '../../../shared/transcribe/clip.js';
 import type { TranscribeResult } from '../../../shared/stt/types.js';
-import { UsageBudget } from '../../../shared/usage/budget.js';
 import {
   segmentFieldsSchema,
   segmentRequestSchema,
@@ -61,7 +60,7 @@ function isJsonBody(ctx: Context): boolean {
 /** The segment transcription itself (after auth and rate limit): the shared upload use case, then billing. */
 export function segmentHandler(deps: AppDeps): Middleware {
   const cfg = deps.config.speech;
-  const budget = new UsageBudget(deps.db, deps.config.usageWindowSeconds);
+  const { budget } = deps;
   // A key keeps to its share even alone (SEGMENT_KEY_SHARE=1 gives it everything): a newcomer's clip
   // starts at once instead of after one of the busy key's clips.
   const perKey = Math.max(1, Math.floor(DECODES_PER_PROCESS * cfg.segment.keyShare));
@@ -98,18 +97,20 @@ export function segmentHandler(deps: AppDeps): Middleware {
     });
     // The bill's reference, generated here: a client-chosen X-Request-Id must not collide with (and
     // so cancel) another bill. The clip's budget reservation carries it too.
-    const refId = `seg_${randomUUID()}`;
-    let reserved = false;
+    const reservation = budget.reservation({
+      plane: 'segment',
+      refId: `seg_${randomUUID()}`,
+      keyId: principal.keyId,
+    });
     try {
       // The plan's rolling audio budget covers segment uploads too: the clip's seconds are reserved
       // before the engine runs, so concurrent uploads cannot overspend the window.
-      const reservation = { plane: 'segment' as const, refId, keyId: principal.keyId };
-      const decision = await budget.reserve(
-        { ...reservation, seconds: audio.seconds, ttlSeconds: RESERVATION_TTL_SECONDS },
-        windowLimit,
-      );
+      const decision = await reservation.reserve({
+        seconds: audio.seconds,
+        limit: windowLimit,
+        ttlSeconds: RESERVATION_TTL_SECONDS,
+      });
       if (!decision.ok) throw quotaExhausted(windowLimit);
-      reserved = true;
       // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
       const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
       let result: TranscribeResult;
@@ -137,14 +138,14 @@ export function segmentHandler(deps: AppDeps): Middleware {
         ctx.state.log?.warn({ err }, 'streamed transcription failed after its first words');
         return stream.fail(err);
       }
-      // Every transcribed clip is billed, silent or empty ones included.
-      await deps.ledger.record({ ...reservation, audioSeconds: audio.seconds });
+      // Every transcribed clip is billed, silent or empty ones included (the bill ends the reservation).
+      await reservation.bill(audio.seconds);
       if (stream) return stream.done(result);
       respond(ctx, { response_format: form.response_format }, audio.seconds, result);
     } finally {
       await audio.dispose();
-      // Billed (the bill now counts in the window) or failed: the reservation has done its work.
-      if (reserved) void budget.release('segment', refId);
+      // Billed (the bill ended it) or failed: the reservation has done its work.
+      void reservation.release();
     }
   };
 }

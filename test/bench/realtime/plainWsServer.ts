@@ -28,7 +28,7 @@ const breaker = new CircuitBreaker(rt.breaker);
 const quota = new ConnectionQuota(deps.limits, rt, logger);
 // Declared before the meter: its checkpoint timer may fire while the VAD threads start.
 const sessions = new Set<RealtimeSession>();
-const meter = new UsageMeter(deps.ledger, () => sessions, config.ledger.checkpointMs);
+const meter = new UsageMeter(deps.ledger, deps.budget, () => sessions, config.ledger.checkpointMs);
 const vad = await createVadService(rt.vad.threads, rt.vad);
 const timings = new GatewayTimings();
 
