@@ -1,15 +1,14 @@
 /**
- * Fetching and decoding a batch recording. Long recordings never sit in
- * memory: the download streams to a temporary file and ffmpeg decodes it to a
- * raw 16 kHz mono PCM16 file that chunks are read from by byte range.
+ * Fetching a batch recording. Long recordings never sit in memory: the
+ * download streams to a temporary file, which the service's one decoder
+ * (shared/audio, `decodeFile`) turns into a raw 16 kHz mono PCM16 file that
+ * chunks are read from by byte range (`readRange`).
  */
-import { spawn } from 'node:child_process';
-import { createWriteStream, promises as fsp, statSync } from 'node:fs';
+import { createWriteStream, promises as fsp } from 'node:fs';
 import { finished } from 'node:stream/promises';
-import { InsufficientStorageError, isDiskFull, saysDiskFull } from '../../shared/disk.js';
-import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from '../../shared/audio/ffmpeg.js';
+import { InsufficientStorageError, isDiskFull } from '../../shared/disk.js';
 import { OutboundClient, OutboundError } from './net/index.js';
-import { PermanentError, withoutPaths } from './errors.js';
+import { PermanentError } from './errors.js';
 
 export interface FetchedAudio {
   file: string;
@@ -75,105 +74,5 @@ export async function fetchAudio(
       throw new PermanentError('AudioFetchError', `Fetching audio_url failed: ${err.message}`);
     }
     throw err;
-  }
-}
-
-/** ffmpeg: any input file to raw PCM16LE 16 kHz mono, stopping just past maxSeconds. */
-export function decodeToPcmFile(
-  input: string,
-  output: string,
-  opts: { ffmpegPath: string; timeoutMs: number; maxSeconds: number; signal?: AbortSignal },
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let inputBytes = 0;
-    try {
-      inputBytes = statSync(input).size;
-    } catch {
-      // ffmpeg reports the missing file itself
-    }
-    const cmd = boundedFfmpeg(
-      opts.ffmpegPath,
-      [
-        '-hide_banner',
-        '-nostdin',
-        '-nostats',
-        '-loglevel',
-        'error',
-        '-y',
-        // Only this file, only audio containers: a playlist cannot make ffmpeg read another file or a URL.
-        ...ffmpegInputArgs('file'),
-        '-i',
-        input,
-        '-vn',
-        '-sn',
-        '-dn',
-        '-t',
-        String(Math.ceil(opts.maxSeconds) + 1),
-        '-ac',
-        '1',
-        '-ar',
-        '16000',
-        '-acodec',
-        'pcm_s16le',
-        '-f',
-        's16le',
-        output,
-      ],
-      inputBytes,
-    );
-    const ff = spawn(cmd.command, cmd.args, { stdio: ['ignore', 'ignore', 'pipe'] });
-    let killed = false;
-    const kill = () => {
-      killed = true;
-      ff.kill('SIGKILL');
-    };
-    let stderr = '';
-    ff.stderr.on('data', (d: Buffer) => {
-      if (stderr.length < 4000) stderr += d.toString();
-    });
-    const timer = setTimeout(kill, opts.timeoutMs);
-    const onAbort = kill;
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-    ff.on('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`ffmpeg could not start: ${err.message}`));
-    });
-    ff.on('close', (code, signal) => {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
-      if (code === 0) return resolve();
-      // The work folder's disk is full: the job pauses (it is not the audio's fault).
-      if (saysDiskFull(stderr)) return reject(new InsufficientStorageError());
-      const refused = ffmpegRefusal(stderr, signal, killed);
-      if (refused)
-        return reject(new PermanentError('AudioDecodeError', `The audio could not be decoded: ${refused}`));
-      if (code === 127) return reject(new Error('ffmpeg could not start.'));
-      if (signal) return reject(new Error(`ffmpeg was stopped (${signal}).`));
-      reject(
-        new PermanentError(
-          'AudioDecodeError',
-          `The audio could not be decoded: ${withoutPaths(
-            (stderr.trim().split('\n').pop() || 'unknown error').split(input).join('input'),
-          )}`,
-        ),
-      );
-    });
-  });
-}
-
-/** Reads [start, end) bytes of a file. */
-export async function readRange(file: string, start: number, end: number): Promise<Buffer> {
-  const handle = await fsp.open(file, 'r');
-  try {
-    const buf = Buffer.alloc(Math.max(0, end - start));
-    let off = 0;
-    while (off < buf.length) {
-      const { bytesRead } = await handle.read(buf, off, buf.length - off, start + off);
-      if (bytesRead === 0) break;
-      off += bytesRead;
-    }
-    return off === buf.length ? buf : buf.subarray(0, off);
-  } finally {
-    await handle.close();
   }
 }

@@ -135,7 +135,7 @@ export class BatchRuntime {
       speech: this.d.speech,
       outbound: this.outbound,
       config: cfg.batch,
-      ffmpegPath: cfg.speech.audio.ffmpegPath,
+      audio: cfg.speech.audio,
       defaultModel: cfg.speech.segment.defaultModel,
       chunkMemory: new ByteBudget(cfg.batch.chunkMemoryBytes),
       engineSlots: engineShare(

@@ -1,13 +1,18 @@
 /**
- * Audio decoding: any container/codec ffmpeg reads (WAV, MP3, OGG/Opus,
- * FLAC, M4A, WebM, ...) in, 16 kHz mono PCM16LE out. The input goes to
- * ffmpeg's stdin and PCM comes back on its stdout; a clip stays in memory,
- * long audio is spooled to a file as it is decoded (decodeUpload). A WAV
- * that is already 16 kHz mono PCM16 skips ffmpeg entirely.
+ * Audio decoding, the one decoder of the service: any container/codec
+ * ffmpeg reads (WAV, MP3, OGG/Opus, FLAC, M4A, WebM, ...) in, 16 kHz mono
+ * PCM16LE out, under one policy (the bounds of ffmpeg.ts, the stall
+ * watchdog of `runFfmpeg`). An upload goes to ffmpeg's stdin and PCM comes
+ * back on its stdout; a clip stays in memory, long audio is spooled to a
+ * file as it is decoded (decodeUpload). A WAV that is already 16 kHz mono
+ * PCM16 skips ffmpeg entirely. A batch job's download is decoded from its
+ * file to a PCM file (decodeFile) and read back a range at a time
+ * (readRange).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { Readable } from 'node:stream';
+import { AUDIO_DECODE_TIMEOUT_MS } from '../config/speech.js';
 import { InsufficientStorageError, saysDiskFull } from '../disk.js';
 import { boundedFfmpeg, ffmpegInputArgs, ffmpegRefusal } from './ffmpeg.js';
 import { faststart, isIsoBmff } from './faststart.js';
@@ -32,6 +37,7 @@ export class AudioDecodeError extends Error {
 
 export interface DecodeOptions {
   ffmpegPath?: string;
+  /** The stall watchdog: ffmpeg is stopped after this long without progress (`config.speech.audio.decodeTimeoutMs`). */
   timeoutMs?: number;
   /** Refuse output longer than this many seconds (stops decoding early). */
   maxSeconds?: number;
@@ -137,8 +143,11 @@ export class AudioTooLongError extends Error {
   }
 }
 
-/** ffmpeg's arguments: any input on stdin, 16 kHz mono PCM16LE raw to `output`. */
-function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
+/** What ffmpeg reads: a stream piped to its stdin (an upload), or a file on disk (a batch download). */
+type FfmpegInput = { stream: Readable } | { file: string };
+
+/** ffmpeg's arguments: the input, 16 kHz mono PCM16LE raw to `output`. */
+function ffmpegArgs(input: FfmpegInput, output: string, maxSeconds: number | undefined): string[] {
   return [
     '-hide_banner',
     '-nostats',
@@ -146,10 +155,9 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
     ...(output === 'pipe:1' ? [] : ['-progress', 'pipe:1']),
     '-loglevel',
     'error',
-    // Only stdin, only audio containers: a playlist cannot make ffmpeg read a local file or a URL.
-    ...ffmpegInputArgs('pipe'),
-    '-i',
-    'pipe:0',
+    // Only the input, only audio containers: a playlist cannot make ffmpeg read another file or a URL.
+    ...('file' in input ? ['-nostdin', ...ffmpegInputArgs('file'), '-i', input.file] : []),
+    ...('stream' in input ? [...ffmpegInputArgs('pipe'), '-i', 'pipe:0'] : []),
     '-vn',
     '-sn',
     '-dn',
@@ -176,7 +184,7 @@ function ffmpegArgs(output: string, maxSeconds: number | undefined): string[] {
  * machine decode, and a decoder that hangs is stopped.
  */
 function runFfmpeg(
-  input: Readable,
+  input: FfmpegInput,
   output: string,
   opts: DecodeOptions & { inputBytes: number },
 ): Promise<{ chunks: Buffer[]; bytes: number }> {
@@ -185,9 +193,10 @@ function runFfmpeg(
   return new Promise((resolve, reject) => {
     const cmd = boundedFfmpeg(
       opts.ffmpegPath ?? 'ffmpeg',
-      ffmpegArgs(output, opts.maxSeconds),
+      ffmpegArgs(input, output, opts.maxSeconds),
       opts.inputBytes,
     );
+    const stream = 'stream' in input ? input.stream : undefined;
     const ff = spawn(cmd.command, cmd.args, { stdio: ['pipe', 'pipe', 'pipe'] });
     const chunks: Buffer[] = [];
     let bytes = 0;
@@ -198,7 +207,7 @@ function runFfmpeg(
       settled = true;
       clearTimeout(timer);
       opts.signal?.removeEventListener('abort', onAbort);
-      input.unpipe(ff.stdin);
+      stream?.unpipe(ff.stdin);
       if (err) {
         ff.kill('SIGKILL');
         reject(err);
@@ -206,7 +215,7 @@ function runFfmpeg(
     };
     const onAbort = () => finish(new AudioDecodeError('Decoding was aborted.', 'decoder_unavailable'));
     opts.signal?.addEventListener('abort', onAbort, { once: true });
-    const stallMs = opts.timeoutMs ?? 30_000;
+    const stallMs = opts.timeoutMs ?? AUDIO_DECODE_TIMEOUT_MS;
     const stalled = () =>
       finish(new AudioDecodeError(`Decoding made no progress for ${stallMs} ms.`, 'decoder_unavailable'));
     let timer = setTimeout(stalled, stallMs);
@@ -219,7 +228,7 @@ function runFfmpeg(
     );
     // ffmpeg may stop reading early (bad input, or past the longest audio taken): a broken pipe is expected.
     ff.stdin.on('error', () => {});
-    input.on('error', (err) => finish(new AudioDecodeError(`Reading the upload failed: ${err.message}`)));
+    stream?.on('error', (err) => finish(new AudioDecodeError(`Reading the upload failed: ${err.message}`)));
     ff.stderr.on('data', (d: Buffer) => {
       if (stderr.length < 4000) stderr += d.toString();
     });
@@ -240,14 +249,17 @@ function runFfmpeg(
       if (refused) return finish(new AudioDecodeError(refused));
       if (code === 127)
         return finish(new AudioDecodeError('ffmpeg could not be started.', 'decoder_unavailable'));
-      const detail = stderr.trim().split('\n').pop() ?? '';
+      const last = stderr.trim().split('\n').pop() ?? '';
+      // ffmpeg names its input file: the client sees `input`, never a server path.
+      const detail = 'file' in input ? last.split(input.file).join('input') : last;
       finish(
         new AudioDecodeError(
           `The file could not be decoded as audio${detail ? ` (${detail.slice(0, 200)})` : ''}.`,
         ),
       );
     });
-    input.pipe(ff.stdin);
+    if (stream) stream.pipe(ff.stdin);
+    else ff.stdin.end(); // it reads its file
   });
 }
 
@@ -257,7 +269,7 @@ export async function decodeStream(
   opts: DecodeOptions & { inputBytes?: number } = {},
 ): Promise<Buffer> {
   // A stream of unknown size gets the CPU bound of the largest upload (25 MiB).
-  const { chunks, bytes } = await runFfmpeg(input, 'pipe:1', {
+  const { chunks, bytes } = await runFfmpeg({ stream: input }, 'pipe:1', {
     ...opts,
     inputBytes: opts.inputBytes ?? 25 << 20,
   });
@@ -324,7 +336,7 @@ export async function decodeUpload(
   const file = spoolFile(opts.spool.dir);
   const remove = () => fs.promises.rm(file, { force: true });
   try {
-    await runFfmpeg(Readable.from([isIsoBmff(input) ? faststart(input) : input]), file, {
+    await runFfmpeg({ stream: Readable.from([isIsoBmff(input) ? faststart(input) : input]) }, file, {
       ...opts,
       inputBytes: input.length,
     });
@@ -381,8 +393,25 @@ async function envelopeOfFile(file: string, bytes: number): Promise<Float32Array
   return env.finish();
 }
 
-/** Bytes [start, end) of a file. */
-async function readRange(file: string, start: number, end: number): Promise<Buffer> {
+/**
+ * Decodes an audio file on disk (a batch job's download) to raw 16 kHz mono
+ * PCM16LE at `output`, under the same bounds and stall watchdog as uploads;
+ * ffmpeg stops just past `maxSeconds` (the caller measures what it got).
+ * Rejects with AudioDecodeError (`invalid_audio`: the file's fault;
+ * `decoder_unavailable`: ffmpeg missing, stalled or aborted) or
+ * InsufficientStorageError (the output's disk is full).
+ */
+export async function decodeFile(input: string, output: string, opts: DecodeOptions): Promise<void> {
+  // A missing file is reported by ffmpeg itself.
+  const inputBytes = await fs.promises.stat(input).then(
+    (s) => s.size,
+    () => 0,
+  );
+  await runFfmpeg({ file: input }, output, { ...opts, inputBytes });
+}
+
+/** Bytes [start, end) of a file (fewer when it ends first). */
+export async function readRange(file: string, start: number, end: number): Promise<Buffer> {
   const length = Math.max(0, end - start);
   const buf = Buffer.alloc(length);
   const fh = await fs.promises.open(file, 'r');

@@ -143,8 +143,6 @@ export interface BatchConfig {
    * 0 keeps them for ever.
    */
   retentionSeconds: number;
-  /** Decode (ffmpeg) wall-clock cap. */
-  decodeTimeoutMs: number;
   /** Where audio is kept while a job runs (deleted afterwards). */
   tmpDir: string;
   /** A run waits for this much free space before it downloads (DISK_FLOOR_MB, shared with the API). */
@@ -178,8 +176,6 @@ export const UTTERANCE_JOIN_SECONDS = 10;
 export const UTTERANCE_SAME_CHANNEL_DB = 6;
 /** Attempts per chunk for retryable engine errors. */
 export const CHUNK_ATTEMPTS = 3;
-/** Decode (ffmpeg) wall-clock cap of a job's audio. */
-export const DECODE_TIMEOUT_MS = 10 * 60_000;
 /**
  * An audio_url download must bring at least this much per second, measured
  * over each FETCH_RATE_WINDOW_MS (a server that stalls or trickles fails in
@@ -249,7 +245,6 @@ export function batchConfig(env: Env): BatchConfig {
     chunkMemoryBytes: CHUNK_MEMORY_BYTES,
     maxUnfinishedPerTenant: int(env, 'BATCH_MAX_UNFINISHED_PER_TENANT', 1000, 1),
     retentionSeconds: num(env, 'BATCH_RETENTION_DAYS', 30, 0) * 86_400,
-    decodeTimeoutMs: DECODE_TIMEOUT_MS,
     tmpDir: path.resolve(str(env, 'BATCH_TMP_DIR', path.join(dataDir, 'tmp', 'batch'))),
     diskFloorBytes: diskFloorBytes(env),
     storage: {

@@ -101,9 +101,10 @@ export interface SpeechConfig {
     /** When a request pins a worker (`worker_id`), may another worker answer if it fails? */
     pinnedFallback: boolean;
   };
+  /** Every ffmpeg decode of the service (segment uploads, batch downloads): shared/audio. */
   audio: {
     ffmpegPath: string;
-    /** ffmpeg is killed after this long. */
+    /** ffmpeg is stopped after this long without progress (a stall watchdog, not a budget). */
     decodeTimeoutMs: number;
   };
   segment: {
@@ -166,7 +167,7 @@ export const BUILTIN_QUEUE_TIMEOUT_MS = 60_000;
 /** Remote pool: how often and how patiently each worker's /health is checked. */
 export const WORKER_HEALTH_INTERVAL_MS = 2000;
 export const WORKER_HEALTH_TIMEOUT_MS = 500;
-/** ffmpeg is stopped after this long without progress (segment uploads and realtime CLI input). */
+/** ffmpeg is stopped after this long without progress (segment uploads and batch downloads alike). */
 export const AUDIO_DECODE_TIMEOUT_MS = 30_000;
 /** Model identifier reported when the client names none and the built-in engine answers. */
 export const BUILTIN_MODEL_ID = 'pocketsphinx-en-us';

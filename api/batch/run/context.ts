@@ -2,6 +2,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { BatchConfig } from '../../../shared/config/batch.js';
+import type { SpeechConfig } from '../../../shared/config/speech.js';
 import type { OutboundClient } from '../net/index.js';
 import type { ArtifactStore } from '../storage/index.js';
 import type { SpeechEngine } from '../../../shared/stt/types.js';
@@ -30,7 +31,8 @@ export interface RunnerDeps {
   speech: SpeechEngine;
   outbound: OutboundClient;
   config: BatchConfig;
-  ffmpegPath: string;
+  /** ffmpeg and its stall watchdog: the one decode policy (shared/audio). */
+  audio: SpeechConfig['audio'];
   defaultModel: string;
   logger: Logger;
   hooks?: RunnerHooks;

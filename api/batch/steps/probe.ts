@@ -5,9 +5,10 @@
  */
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
-import { decodeToPcmFile, fetchAudio } from '../audio.js';
-import { PermanentError } from '../errors.js';
+import { AudioDecodeError, AudioTooLongError, decodeFile } from '../../../shared/audio/index.js';
 import { round3 } from '../numbers.js';
+import { fetchAudio } from '../audio.js';
+import { PermanentError } from '../errors.js';
 import type { RunContext } from '../run/context.js';
 import { roomIn, waitForDiskRoom } from '../run/disk.js';
 import { energyEnvelopeOfFile, SAMPLE_RATE } from '../../../shared/audio/slicing.js';
@@ -42,23 +43,20 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
   });
   const pcmFile = pcmFileOf(workDir);
   const t0 = Date.now();
-  await decodeToPcmFile(source, pcmFile, {
-    ffmpegPath: d.ffmpegPath,
-    timeoutMs: config.decodeTimeoutMs,
+  await decodeFile(source, pcmFile, {
+    ffmpegPath: d.audio.ffmpegPath,
+    timeoutMs: d.audio.decodeTimeoutMs,
     maxSeconds: p.max_audio_seconds,
     signal,
+  }).catch((err: unknown) => {
+    throw decodeFailure(err, p.max_audio_seconds);
   });
   const decodeMs = Date.now() - t0;
   await fsp.rm(source, { force: true }); // the original is kept only while decoding
   const { samples, sha256 } = await energyEnvelopeOfFile(pcmFile);
   const duration = samples / SAMPLE_RATE;
   if (samples === 0) throw new PermanentError('AudioDecodeError', 'The audio contains no samples.');
-  if (duration > p.max_audio_seconds) {
-    throw new PermanentError(
-      'AudioTooLongError',
-      `The audio is longer than the plan allows per request (${p.max_audio_seconds} s).`,
-    );
-  }
+  if (duration > p.max_audio_seconds) throw tooLong(p.max_audio_seconds);
   // The plan's rolling audio budget covers batch jobs too: the job's seconds are reserved before any
   // chunk is transcribed (a resumed run's probe replaces its own reservation); the bill ends it
   // (pipeline.ts), or the workflow's end does (workflow.ts, cancel.ts).
@@ -84,4 +82,22 @@ export async function probe(ctx: RunContext): Promise<ProbeOutput> {
     fetch_ms: fetched.ms,
     decode_ms: decodeMs,
   };
+}
+
+const tooLong = (maxSeconds: number) =>
+  new PermanentError(
+    'AudioTooLongError',
+    `The audio is longer than the plan allows per request (${maxSeconds} s).`,
+  );
+
+/**
+ * A decode failure as the workflow sees it: the file's fault (unreadable,
+ * refused, too long) errors the job; ffmpeg missing, stalled or stopped is
+ * retried like any transient failure; a full disk pauses the run.
+ */
+function decodeFailure(err: unknown, maxSeconds: number): unknown {
+  if (err instanceof AudioTooLongError) return tooLong(maxSeconds);
+  if (err instanceof AudioDecodeError && err.code === 'invalid_audio')
+    return new PermanentError('AudioDecodeError', err.message);
+  return err;
 }

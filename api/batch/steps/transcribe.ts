@@ -5,7 +5,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { BatchConfig } from '../../../shared/config/batch.js';
-import { readRange } from '../audio.js';
+import { readRange } from '../../../shared/audio/index.js';
 import { utterancePieces } from '../pieces.js';
 import { runStep } from '../run/attempts.js';
 import type { RunContext } from '../run/context.js';
