@@ -1,4 +1,4 @@
-/** Rounds to three decimals: seconds to the millisecond in responses and artifacts. */
+/** Rounds to three decimals: seconds to the millisecond, and confidences, in responses, artifacts and bills. */
 export function round3(x: number): number {
   return Math.round(x * 1000) / 1000;
 }

@@ -7,7 +7,7 @@
  * chunk is missing.
  */
 import { promises as fsp } from 'node:fs';
-import { round3 } from './numbers.js';
+import { round3 } from '../../shared/numbers.js';
 import type { RemoteReviewer } from './review/llm.js';
 import { runStep } from './run/attempts.js';
 import { adoptUnbilledChunks, loadCheckpoints } from './run/checkpoints.js';

@@ -4,7 +4,7 @@
  * if it fails, the offline stage runs instead (steps/review.ts).
  */
 import type { ReviewerConfig } from '../../../shared/config/batch.js';
-import { round3 as round } from '../numbers.js';
+import { round3 as round } from '../../../shared/numbers.js';
 import type { BatchResult, ChunkCheckpoint } from '../types.js';
 import type { ChangeEntry, ChunkReview } from './types.js';
 

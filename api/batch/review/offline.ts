@@ -10,7 +10,7 @@
  * the same way in every chunk, and writes a change log (before, after,
  * where, why).
  */
-import { round3 as round } from '../numbers.js';
+import { round3 as round } from '../../../shared/numbers.js';
 import type { BatchResult, ChunkCheckpoint, ResultSegment } from '../types.js';
 import { REVIEW_MAX_TERMS } from '../../../shared/config/batch.js';
 import { nearMiss, prepareTerms, type TimedWord } from './terms.js';

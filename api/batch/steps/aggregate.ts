@@ -1,5 +1,5 @@
 /** Step `aggregate`: the chunk transcripts as one transcript on the recording's time line (`result.json`). */
-import { round3 } from '../numbers.js';
+import { round3 } from '../../../shared/numbers.js';
 import type { RunContext } from '../run/context.js';
 import type { BatchResult, ChunkCheckpoint, ResultSegment, WorkflowParams } from '../types.js';
 

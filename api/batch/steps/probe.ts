@@ -6,7 +6,7 @@
 import { promises as fsp } from 'node:fs';
 import path from 'node:path';
 import { AudioDecodeError, AudioTooLongError, decodeFile } from '../../../shared/audio/index.js';
-import { round3 } from '../numbers.js';
+import { round3 } from '../../../shared/numbers.js';
 import { fetchAudio } from '../audio.js';
 import { PermanentError } from '../errors.js';
 import type { RunContext } from '../run/context.js';

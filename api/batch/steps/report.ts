@@ -4,7 +4,7 @@
  * under the same request_id that this run did not produce are removed.
  */
 import { runArtifacts } from '../artifacts.js';
-import { round3 } from '../numbers.js';
+import { round3 } from '../../../shared/numbers.js';
 import { removeStaleArtifacts } from '../run/cleanup.js';
 import type { RunContext } from '../run/context.js';
 import type { ChunkCheckpoint } from '../types.js';
