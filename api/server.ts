@@ -9,7 +9,7 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Config } from '../shared/config/index.js';
-import { migrateLatest } from '../shared/db/index.js';
+import { migrateIfConfigured } from '../shared/db/index.js';
 import { assertKeyPlansKnown } from '../shared/platform.js';
 import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
@@ -37,10 +37,7 @@ export async function startApi(
   } = {},
 ): Promise<RunningApi> {
   const deps = opts.deps ?? createDeps(config, logger);
-  if (config.migrateOnStart) {
-    const applied = await migrateLatest(deps.db);
-    if (applied.length) logger.info({ applied }, 'database migrated');
-  }
+  await migrateIfConfigured({ config, db: deps.db, logger });
   await assertKeyPlansKnown(deps);
   await sweepDecodeSpool(logger);
   const app = createApp(deps);

@@ -114,13 +114,10 @@ await runProcess({
       env.DATABASE_URL = pg.url;
     }
 
-    // Migrations run once, here, before either process uses the database.
-    if (base.migrateOnStart) {
-      const { createDb, migrateLatest } = await import('../shared/db/index.js');
-      const db = createDb(env.DATABASE_URL, { logger, queryTimeoutMs: 0 });
-      const applied = await migrateLatest(db).finally(() => db.destroy());
-      if (applied.length) logger.info({ applied }, 'database migrated');
-    }
+    // Migrations run once, here, before either process uses the database (without a query timeout).
+    const { createDb, migrateIfConfigured } = await import('../shared/db/index.js');
+    const db = createDb(env.DATABASE_URL, { logger, queryTimeoutMs: 0 });
+    await migrateIfConfigured({ config: base, db, logger }).finally(() => db.destroy());
 
     // The realtime tier is its own process; the API splices its upgrades through, so
     // REST and WebSocket share one base URL.

@@ -10,7 +10,7 @@
 import type { Knex } from 'knex';
 import type { Config } from './config/index.js';
 import type { Logger } from './logger.js';
-import { createDb, migrateLatest } from './db/index.js';
+import { createDb } from './db/index.js';
 import { createAuthentication, type Authenticator, type KeyStore } from './auth/index.js';
 import { createLimits, type LimitsDriver } from './limits/index.js';
 import { createSpeechEngine } from './stt/index.js';
@@ -87,16 +87,6 @@ function borrowed(engine: SpeechEngine): Platform['speech'] {
     workerIds: () => [],
     close: async () => {},
   };
-}
-
-/** Migrates the database when the configuration says so (under the migration lock); the migrations applied. */
-export async function migrateIfConfigured(
-  platform: Pick<Platform, 'config' | 'db' | 'logger'>,
-): Promise<string[]> {
-  if (!platform.config.migrateOnStart) return [];
-  const applied = await migrateLatest(platform.db);
-  if (applied.length) platform.logger.info({ applied }, 'database migrated');
-  return applied;
 }
 
 /**

@@ -116,6 +116,23 @@ export async function migrateLatest(db: Knex): Promise<string[]> {
   });
 }
 
+/**
+ * Migrations at start-up, the one path every process takes (the API, the
+ * realtime tier, `npm start` before either): when the configuration says so
+ * (MIGRATE_ON_START), under the migration lock, logging what was applied;
+ * the migrations applied.
+ */
+export async function migrateIfConfigured(p: {
+  config: { migrateOnStart: boolean };
+  db: Knex;
+  logger: { info(obj: object, msg: string): void };
+}): Promise<string[]> {
+  if (!p.config.migrateOnStart) return [];
+  const applied = await migrateLatest(p.db);
+  if (applied.length) p.logger.info({ applied }, 'database migrated');
+  return applied;
+}
+
 /** True when the database answers a trivial query within the timeout. */
 export async function pingDb(db: Knex, timeoutMs = 2000): Promise<boolean> {
   try {
