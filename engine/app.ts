@@ -27,15 +27,10 @@ import {
   transcribeClip,
 } from '../shared/transcribe/clip.js';
 import { HttpRefusal } from '../shared/http/refusal.js';
+import { openAIErrorType } from '../shared/http/openaiErrors.js';
 import { metricsRoute, SCRAPE_REFUSED, type MetricsPolicy } from '../shared/metrics/index.js';
 
 export const ENGINE_SERVICE = 'stt-engine';
-
-function errorType(status: number): string {
-  if (status === 401) return 'authentication_error';
-  if (status >= 500) return 'server_error';
-  return 'invalid_request_error';
-}
 
 export interface EngineAppDeps {
   engine: BuiltinEngine;
@@ -71,7 +66,9 @@ export function createEngineApp({
       if (!(raw instanceof HttpRefusal)) logger.error({ err: raw }, 'request failed');
       ctx.status = err.status;
       for (const [k, v] of Object.entries(err.opts.headers ?? {})) ctx.set(k, v);
-      ctx.body = { error: { message: err.message, type: errorType(err.status), code: err.code } };
+      ctx.body = {
+        error: { message: err.message, type: openAIErrorType(err.status, err.opts.type), code: err.code },
+      };
     } finally {
       logger.debug(
         {

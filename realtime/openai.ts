@@ -25,6 +25,7 @@ import {
   type SessionProtocol,
 } from './protocol.js';
 import { Resampler24To16 } from './resample.js';
+import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
 
 export interface OpenAIConnect {
   /** `OpenAI-Beta: realtime=v1`: the session is announced as `transcription_session.created`. */
@@ -321,7 +322,7 @@ export class OpenAIProtocol implements SessionProtocol {
               event_id,
               item_id: item,
               content_index: 0,
-              error: { type: 'server_error', code: e.code, message: e.message, param: null },
+              error: { type: OPENAI_ERROR_TYPES.server, code: e.code, message: e.message, param: null },
             },
           ];
         }
@@ -372,7 +373,7 @@ export class OpenAIProtocol implements SessionProtocol {
       type: 'error',
       event_id,
       error: {
-        type: 'invalid_request_error',
+        type: OPENAI_ERROR_TYPES.request,
         code,
         message,
         param,

@@ -11,6 +11,7 @@ import type { Context, Middleware, Next } from 'koa';
 import { isDependencyUnavailable } from '../../shared/process/index.js';
 import { DEPENDENCY_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
 import { HttpRefusal } from '../../shared/http/refusal.js';
+import { openAIErrorType } from '../../shared/http/openaiErrors.js';
 import { DISK_RETRY_AFTER_SECONDS, isDiskFull } from '../../shared/disk.js';
 
 export type Plane = 'api' | 'batch' | 'admin';
@@ -18,18 +19,6 @@ export type Plane = 'api' | 'batch' | 'admin';
 /** An HTTP refusal raised in the API (shared code raises HttpRefusal; both render the same way). */
 export class ApiError extends HttpRefusal {
   override name = 'ApiError';
-}
-
-const OPENAI_TYPES: Record<number, string> = {
-  401: 'authentication_error',
-  403: 'permission_error',
-  429: 'rate_limit_error',
-};
-
-function openAiType(err: ApiError): string {
-  if (err.opts.type) return err.opts.type;
-  if (err.status >= 500) return 'server_error';
-  return OPENAI_TYPES[err.status] ?? 'invalid_request_error';
 }
 
 export function renderError(plane: Plane, err: ApiError): unknown {
@@ -42,7 +31,9 @@ export function renderError(plane: Plane, err: ApiError): unknown {
     case 'batch':
       return { error: err.message, code: err.code };
     default:
-      return { error: { message: err.message, type: openAiType(err), code: err.code } };
+      return {
+        error: { message: err.message, type: openAIErrorType(err.status, err.opts.type), code: err.code },
+      };
   }
 }
 

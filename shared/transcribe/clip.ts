@@ -37,6 +37,7 @@ import {
   type TranscribeResult,
 } from '../stt/types.js';
 import { HttpRefusal } from '../http/refusal.js';
+import { OPENAI_ERROR_TYPES } from '../http/openaiErrors.js';
 import { DISK_RETRY_AFTER_SECONDS, InsufficientStorageError, isDiskFull } from '../disk.js';
 import { FairShare } from '../fairShare.js';
 import { type OnPiece, type Piece, transcribePieces } from './long.js';
@@ -209,7 +210,7 @@ function clipRefusal(err: unknown, p: ClipPolicy): HttpRefusal | undefined {
       // Interface 7.2: all worker attempts failed.
       return new HttpRefusal(502, 'transcription_failed', `Transcription failed: ${err.message}`, {
         retryable: true,
-        type: 'invalid_request_error',
+        type: OPENAI_ERROR_TYPES.request,
       });
   }
 }
