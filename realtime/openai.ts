@@ -14,16 +14,30 @@
  */
 import { randomBytes } from 'node:crypto';
 import {
-  COMMIT_EMPTY,
-  COMPLETED,
   appendAudioBytes,
   fastAppend,
+  isObject,
   parseAppend,
   parseJsonFrame,
   type ClientCommand,
-  type ServerEvent,
   type SessionProtocol,
 } from './protocol.js';
+import {
+  COMMIT_EMPTY,
+  COMPLETED,
+  type SessionCreated,
+  type SessionEvent,
+  type SessionUpdated,
+  type SessionUpdateMessage,
+} from './wire.js';
+import {
+  isOpenAIClientEvent,
+  type BetaSession,
+  type GaSession,
+  type OpenAIServerEvent,
+  type OpenAITranscription,
+  type OpenAITurnDetection,
+} from './openaiWire.js';
 import { Resampler24To16 } from './resample.js';
 import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
 
@@ -73,9 +87,6 @@ const PARAMS: Record<string, Record<Form, string>> = {
     beta: 'session.turn_detection.eagerness',
   },
 };
-
-const isObject = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === 'object' && !Array.isArray(v);
 
 export class OpenAIProtocol implements SessionProtocol {
   private choices: Choices;
@@ -135,8 +146,13 @@ export class OpenAIProtocol implements SessionProtocol {
     if ('refused' in parsed) return parsed.refused;
     const m = parsed.msg;
     if (typeof m.event_id === 'string') this.clientEventId = m.event_id.slice(0, 128);
-    const type = m.type as string;
-    switch (type) {
+    if (!isOpenAIClientEvent(m))
+      return invalid(
+        'unknown_type',
+        `Unsupported event type "${m.type.slice(0, 64)}": this endpoint serves transcription sessions ` +
+          '(session.update, transcription_session.update, input_audio_buffer.append, .commit, .clear).',
+      );
+    switch (m.type) {
       case 'input_audio_buffer.append': {
         const cmd = parseAppend(m.audio, maxFrameBytes, transient);
         return cmd.kind === 'audio' ? this.audio(cmd.pcm) : cmd;
@@ -149,12 +165,6 @@ export class OpenAIProtocol implements SessionProtocol {
         return this.update(m.session, 'ga');
       case 'transcription_session.update':
         return this.update(m.session, 'beta');
-      default:
-        return invalid(
-          'unknown_type',
-          `Unsupported event type "${type.slice(0, 64)}": this endpoint serves transcription sessions ` +
-            '(session.update, transcription_session.update, input_audio_buffer.append, .commit, .clear).',
-        );
     }
   }
 
@@ -167,7 +177,7 @@ export class OpenAIProtocol implements SessionProtocol {
   private update(session: unknown, form: Form): ClientCommand {
     if (!isObject(session)) return invalid('invalid_session_update', '"session" must be an object.');
     const choices: Choices = { ...this.choices };
-    const native: Record<string, unknown> = { type: 'session.update' };
+    const native: SessionUpdateMessage = { type: 'session.update' };
     let transcription: unknown;
     let turn: unknown;
     let hasTurn = false;
@@ -242,11 +252,10 @@ export class OpenAIProtocol implements SessionProtocol {
         if (turn.prefix_padding_ms !== undefined) native.vad_prefix_ms = turn.prefix_padding_ms;
       }
     }
-    if (noise !== undefined) {
-      if (noise !== null && !(isObject(noise) && typeof noise.type === 'string'))
-        return invalid('invalid_session_update', 'noise_reduction must be null or {type: string}.');
-      choices.noiseReduction = noise === null ? null : { type: noise.type as string };
-    }
+    if (noise === null) choices.noiseReduction = null;
+    else if (isObject(noise) && typeof noise.type === 'string') choices.noiseReduction = { type: noise.type };
+    else if (noise !== undefined)
+      return invalid('invalid_session_update', 'noise_reduction must be null or {type: string}.');
     if (session.include !== undefined) {
       const include = session.include ?? [];
       if (!Array.isArray(include) || !include.every((v): v is string => typeof v === 'string'))
@@ -259,18 +268,12 @@ export class OpenAIProtocol implements SessionProtocol {
 
   // ---- server events ---------------------------------------------------------------------
 
-  present(ev: ServerEvent): ServerEvent[] {
+  present(ev: SessionEvent): OpenAIServerEvent[] {
     const event_id = this.id('event');
     switch (ev.type) {
       case 'session.created':
-        this.vad = (ev.session as { vad: boolean }).vad;
-        return [
-          {
-            type: this.connect.beta ? 'transcription_session.created' : 'session.created',
-            event_id,
-            session: this.session(ev, this.connect.beta ? 'beta' : 'ga'),
-          },
-        ];
+        this.vad = ev.session.vad;
+        return [this.announce('created', ev, this.connect.beta ? 'beta' : 'ga', event_id)];
       case 'session.updated': {
         const p = this.proposed;
         this.proposed = null;
@@ -280,24 +283,18 @@ export class OpenAIProtocol implements SessionProtocol {
             this.resampler = p.choices.rate === 24000 ? new Resampler24To16() : null;
           this.choices = p.choices;
         }
-        this.vad = (ev.session as { vad: boolean }).vad;
-        return [
-          {
-            type: form === 'beta' ? 'transcription_session.updated' : 'session.updated',
-            event_id,
-            session: this.session(ev, form),
-          },
-        ];
+        this.vad = ev.session.vad;
+        return [this.announce('updated', ev, form, event_id)];
       }
       case 'input_audio_buffer.speech_started': {
         const item = this.id('item');
-        this.items.set(ev.utterance_index as number, item);
+        this.items.set(ev.utterance_index, item);
         if (!this.vad) return [];
         return [{ type: ev.type, event_id, audio_start_ms: ev.audio_start_ms, item_id: item }];
       }
       case 'input_audio_buffer.speech_stopped': {
-        const item = this.items.get(ev.utterance_index as number) ?? this.id('item');
-        const out: ServerEvent[] = [];
+        const item = this.items.get(ev.utterance_index) ?? this.id('item');
+        const out: OpenAIServerEvent[] = [];
         if (this.vad) out.push({ type: ev.type, event_id, audio_end_ms: ev.audio_end_ms, item_id: item });
         out.push({
           type: 'input_audio_buffer.committed',
@@ -311,11 +308,11 @@ export class OpenAIProtocol implements SessionProtocol {
         return out;
       }
       case COMPLETED: {
-        const index = ev.utterance_index as number;
+        const index = ev.utterance_index;
         const item = this.items.get(index) ?? this.id('item');
         this.items.delete(index);
         if (ev.error) {
-          const e = ev.error as { code: string; message: string };
+          const e = ev.error;
           return [
             {
               type: 'conversation.item.input_audio_transcription.failed',
@@ -326,7 +323,7 @@ export class OpenAIProtocol implements SessionProtocol {
             },
           ];
         }
-        const transcript = ev.text as string;
+        const transcript = ev.text;
         return [
           {
             type: 'conversation.item.input_audio_transcription.delta',
@@ -341,16 +338,14 @@ export class OpenAIProtocol implements SessionProtocol {
             item_id: item,
             content_index: 0,
             transcript,
-            usage: { type: 'duration', seconds: (ev.audio_duration_ms as number) / 1000 },
+            usage: { type: 'duration', seconds: ev.audio_duration_ms / 1000 },
           },
         ];
       }
       case 'error':
         // A failed transcription is reported by its `...failed` event.
         if (ev.code === 'transcription_failed' && ev.utterance_index !== undefined) return [];
-        return [
-          this.error(event_id, ev.code as string, ev.message as string, ev.field as string | undefined),
-        ];
+        return [this.error(event_id, ev.code, ev.message, ev.field)];
       case COMMIT_EMPTY:
         return [
           this.error(
@@ -365,7 +360,7 @@ export class OpenAIProtocol implements SessionProtocol {
     }
   }
 
-  private error(event_id: string, code: string, message: string, field?: string): ServerEvent {
+  private error(event_id: string, code: string, message: string, field?: string): OpenAIServerEvent {
     const form = this.proposed?.form ?? 'ga';
     if (code === 'invalid_session_update') this.proposed = null;
     const param = field ? (PARAMS[field]?.[form] ?? field) : null;
@@ -382,16 +377,24 @@ export class OpenAIProtocol implements SessionProtocol {
     };
   }
 
-  /** The session object of either form, from the effective settings of a native session event. */
-  private session(ev: ServerEvent, form: Form): Record<string, unknown> {
-    const s = ev.session as Record<string, unknown>;
+  /**
+   * `session.<kind>`, or `transcription_session.<kind>` in the beta form, with the session object of
+   * that form, from the effective settings of a native session event.
+   */
+  private announce(
+    kind: 'created' | 'updated',
+    ev: SessionCreated | SessionUpdated,
+    form: Form,
+    event_id: string,
+  ): OpenAIServerEvent {
+    const s = ev.session;
     const c = this.choices;
-    const transcription = {
+    const transcription: OpenAITranscription = {
       model: c.model,
       language: s.language === 'auto' ? null : s.language,
       prompt: s.prompt ?? '',
     };
-    const turn = !s.vad
+    const turn: OpenAITurnDetection = !s.vad
       ? null
       : s.vad_eagerness
         ? { type: 'semantic_vad', eagerness: s.vad_eagerness }
@@ -403,7 +406,7 @@ export class OpenAIProtocol implements SessionProtocol {
           };
     const id = ev.session_id;
     if (form === 'beta') {
-      return {
+      const session: BetaSession = {
         id,
         object: 'realtime.transcription_session',
         input_audio_format: 'pcm16',
@@ -414,8 +417,9 @@ export class OpenAIProtocol implements SessionProtocol {
         modalities: ['text'],
         client_secret: null,
       };
+      return { type: `transcription_session.${kind}`, event_id, session };
     }
-    return {
+    const session: GaSession = {
       type: 'transcription',
       id,
       object: 'realtime.transcription_session',
@@ -429,5 +433,6 @@ export class OpenAIProtocol implements SessionProtocol {
       },
       include: c.include,
     };
+    return { type: `session.${kind}`, event_id, session };
   }
 }

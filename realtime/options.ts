@@ -8,6 +8,8 @@ import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
 import { compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
+import type { PresentedSettings } from './wire.js';
+import { isObject } from './protocol.js';
 import { FIXED_SILENCE_MS, SENTENCE_END_SILENCE_MS, TURN_LEVELS } from '../shared/config/realtime.js';
 
 export const MAX_PROMPT_CHARS = 2000;
@@ -118,10 +120,7 @@ export function applySessionUpdate(
 ): UpdateResult {
   // Clients of OpenAI-style APIs nest options under `session`; accept both shapes, and both at once
   // (a field given in both places takes the nested value).
-  const nested =
-    msg.session && typeof msg.session === 'object' && !Array.isArray(msg.session)
-      ? (msg.session as Record<string, unknown>)
-      : undefined;
+  const nested = isObject(msg.session) ? msg.session : undefined;
   const src: Record<string, unknown> = { ...msg, ...nested };
   delete src.type;
   if (nested) delete src.session;
@@ -190,7 +189,7 @@ function bad(field: string, what: string): UpdateResult {
 }
 
 /** The effective settings as `session.updated` reports them (snake_case, like the aliases). */
-export function presentSettings(s: SessionSettings): Record<string, unknown> {
+export function presentSettings(s: SessionSettings): PresentedSettings {
   return {
     language: s.language,
     prompt: s.prompt ?? null,

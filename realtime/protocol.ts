@@ -8,13 +8,30 @@
 import { PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
 import type { TranscriptWord } from '../shared/stt/types.js';
 import { decodeBase64 } from './kernel.js';
-
-export const COMPLETED = 'conversation.item.input_audio_transcription.completed';
+import {
+  COMPLETED,
+  isNativeClientMessage,
+  type CompletedBase,
+  type Completed,
+  type ErrorEvent,
+  type FailedCompleted,
+  type JsonMessage,
+  type NativeAudio,
+  type PresentedSettings,
+  type SessionCreated,
+  type SessionEvent,
+  type SessionLimits,
+  type SessionUpdated,
+  type SessionUpdateMessage,
+  type SpeechStarted,
+  type SpeechStopped,
+  type Throttled,
+} from './wire.js';
 
 /** What one client frame asks for. */
 export type ClientCommand =
   | { kind: 'audio'; pcm: Buffer }
-  | { kind: 'update'; msg: Record<string, unknown> }
+  | { kind: 'update'; msg: SessionUpdateMessage }
   | { kind: 'flush' }
   /** OpenAI dialect: end the turn now (a flush that reports an empty buffer). */
   | { kind: 'commit' }
@@ -28,9 +45,6 @@ export type ClientCommand =
 /** Why the VAD is flushed: the native flush (and a closing session), an OpenAI commit, an OpenAI clear. */
 export type FlushPurpose = 'flush' | 'commit' | 'discard';
 
-/** A commit that ended no utterance (nothing audible since the last turn): only the OpenAI dialect presents it. */
-export const COMMIT_EMPTY = 'input_audio_buffer.commit_empty';
-
 const invalid = (code: string, message: string): ClientCommand => ({ kind: 'invalid', code, message });
 
 /** A binary frame: raw PCM16LE. */
@@ -42,13 +56,18 @@ export function parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCom
   return { kind: 'audio', pcm: Buffer.from(data) };
 }
 
+export const isObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
+const hasType = (m: Record<string, unknown>): m is JsonMessage => typeof m.type === 'string' && m.type !== '';
+
 /** A text frame's JSON object, or the command that refuses it (too large, not JSON, not an object). */
 export function parseJsonFrame(
   text: string,
   maxFrameBytes: number,
   /** The message type whose size is measured by its decoded audio instead of its text. */
   appendType: string,
-): { msg: Record<string, unknown> } | { refused: ClientCommand } {
+): { msg: JsonMessage } | { refused: ClientCommand } {
   // No message is larger than an append carrying a whole frame of audio in base64.
   if (text.length > Math.ceil(maxFrameBytes / 3) * 4 + 1024)
     return { refused: { kind: 'tooLarge', size: text.length } };
@@ -58,16 +77,14 @@ export function parseJsonFrame(
   } catch {
     return { refused: invalid('invalid_json', 'Text frames must be JSON objects.') };
   }
-  if (!msg || typeof msg !== 'object' || Array.isArray(msg)) {
+  if (!isObject(msg)) {
     return { refused: invalid('invalid_json', 'Text frames must be JSON objects.') };
   }
-  const m = msg as Record<string, unknown>;
   // Frames other than audio are held to the frame limit too (appends are measured by their audio).
-  if (text.length > maxFrameBytes && m.type !== appendType)
+  if (text.length > maxFrameBytes && msg.type !== appendType)
     return { refused: { kind: 'tooLarge', size: text.length } };
-  if (typeof m.type !== 'string' || m.type === '')
-    return { refused: invalid('missing_type', 'Messages must carry a "type".') };
-  return { msg: m };
+  if (!hasType(msg)) return { refused: invalid('missing_type', 'Messages must carry a "type".') };
+  return { msg };
 }
 
 const APPEND_HEAD = Buffer.from('{"type":"input_audio_buffer.append","audio":"', 'latin1');
@@ -102,8 +119,9 @@ export function parseText(text: string, maxFrameBytes: number): ClientCommand {
   const parsed = parseJsonFrame(text, maxFrameBytes, 'input_audio_buffer.append');
   if ('refused' in parsed) return parsed.refused;
   const m = parsed.msg;
-  const type = m.type as string;
-  switch (type) {
+  if (!isNativeClientMessage(m))
+    return invalid('unknown_type', `Unknown message type "${m.type.slice(0, 64)}".`);
+  switch (m.type) {
     case 'session.update':
       return { kind: 'update', msg: m };
     case 'input_audio_buffer.append':
@@ -111,8 +129,6 @@ export function parseText(text: string, maxFrameBytes: number): ClientCommand {
     case 'input_audio_buffer.flush':
     case 'flush':
       return { kind: 'flush' };
-    default:
-      return invalid('unknown_type', `Unknown message type "${type.slice(0, 64)}".`);
   }
 }
 
@@ -162,7 +178,7 @@ export interface SessionProtocol {
   parseText(text: string, maxFrameBytes: number): ClientCommand;
   parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCommand;
   /** The frames sent for one of the session's (native) events; absent: the event as it is. */
-  present?(ev: ServerEvent): ServerEvent[];
+  present?(ev: SessionEvent): { type: string }[];
 }
 
 export const NATIVE_PROTOCOL: SessionProtocol = {
@@ -176,19 +192,21 @@ export const NATIVE_PROTOCOL: SessionProtocol = {
 
 // ---- server events ----------------------------------------------------------------------------
 
-export type ServerEvent = Record<string, unknown> & { type: string };
-
 /** The fixed audio format of the native protocol (2.7). */
-export const nativeAudio = () => ({ format: 'pcm_s16le', sample_rate: PCM_SAMPLE_RATE, channels: 1 });
+export const nativeAudio = (): NativeAudio => ({
+  format: 'pcm_s16le',
+  sample_rate: PCM_SAMPLE_RATE,
+  channels: 1,
+});
 
 export const events = {
   sessionCreated: (o: {
     requestId: string;
     sessionId: string;
     plan: string;
-    limits: Record<string, number>;
-    session: Record<string, unknown>;
-  }): ServerEvent => ({
+    limits: SessionLimits;
+    session: PresentedSettings;
+  }): SessionCreated => ({
     type: 'session.created',
     request_id: o.requestId,
     session_id: o.sessionId,
@@ -202,9 +220,9 @@ export const events = {
   sessionUpdated: (o: {
     requestId: string;
     sessionId: string;
-    session: Record<string, unknown>;
+    session: PresentedSettings;
     ignored: string[];
-  }): ServerEvent => ({
+  }): SessionUpdated => ({
     type: 'session.updated',
     request_id: o.requestId,
     session_id: o.sessionId,
@@ -213,13 +231,18 @@ export const events = {
     ignored_fields: o.ignored,
   }),
 
-  speechStarted: (index: number, audioStartMs: number): ServerEvent => ({
+  speechStarted: (index: number, audioStartMs: number): SpeechStarted => ({
     type: 'input_audio_buffer.speech_started',
     utterance_index: index,
     audio_start_ms: audioStartMs,
   }),
 
-  speechStopped: (index: number, reason: string, audioStartMs: number, audioEndMs: number): ServerEvent => ({
+  speechStopped: (
+    index: number,
+    reason: SpeechStopped['reason'],
+    audioStartMs: number,
+    audioEndMs: number,
+  ): SpeechStopped => ({
     type: 'input_audio_buffer.speech_stopped',
     utterance_index: index,
     reason,
@@ -228,7 +251,7 @@ export const events = {
   }),
 
   /** The fields of an utterance's `completed` known before the engine answers. */
-  completedBase: (index: number, language: string, audioMs: number, speechMs: number) => ({
+  completedBase: (index: number, language: string, audioMs: number, speechMs: number): CompletedBase => ({
     type: COMPLETED,
     utterance_index: index,
     // The language this utterance was sent with (a later session.update does not change it).
@@ -242,13 +265,13 @@ export const events = {
    * starts in the session's audio); `language` is the utterance's own when the engine names none.
    */
   completed: (
-    base: Record<string, unknown>,
+    base: CompletedBase,
     r: { text: string; language: string; words: TranscriptWord[] },
     o: { at: number; latencyMs: number; language: string },
-  ): ServerEvent => {
+  ): Completed => {
     const t = (x: number) => Math.max(0, Math.round((o.at + x) * 1000) / 1000);
     return {
-      ...(base as ServerEvent),
+      ...base,
       text: r.text,
       language: r.language || (o.language === 'auto' ? '' : o.language),
       latency_ms: o.latencyMs,
@@ -262,7 +285,7 @@ export const events = {
   },
 
   /** The `error` that precedes a failed utterance's `completed`. */
-  transcriptionFailed: (index: number, message: string, upstreamCode: string): ServerEvent => ({
+  transcriptionFailed: (index: number, message: string, upstreamCode: string): ErrorEvent => ({
     type: 'error',
     code: 'transcription_failed',
     message,
@@ -270,21 +293,21 @@ export const events = {
     upstream_code: upstreamCode,
   }),
 
-  failedCompleted: (base: Record<string, unknown>, latencyMs: number, message: string): ServerEvent => ({
-    ...(base as ServerEvent),
+  failedCompleted: (base: CompletedBase, latencyMs: number, message: string): FailedCompleted => ({
+    ...base,
     text: '',
     latency_ms: latencyMs,
     error: { code: 'transcription_failed', message },
   }),
 
   throttled: (o: {
-    reason: string;
+    reason: Throttled['reason'];
     droppedBytes: number;
     droppedMs: number;
     inFlightUtterances: number;
     inFlightBytes: number;
     maxConcurrentUtterances: number;
-  }): ServerEvent => ({
+  }): Throttled => ({
     type: 'service.throttled',
     reason: o.reason,
     dropped_bytes: o.droppedBytes,
@@ -294,7 +317,7 @@ export const events = {
     max_concurrent_utterances: o.maxConcurrentUtterances,
   }),
 
-  error: (code: string, message: string, extra: Record<string, unknown> = {}): ServerEvent => ({
+  error: (code: string, message: string, extra: { field?: string } = {}): ErrorEvent => ({
     type: 'error',
     code,
     message,

@@ -14,9 +14,9 @@ import {
   frameTooLargeMessage,
   NATIVE_PROTOCOL,
   type ClientCommand,
-  type ServerEvent,
   type SessionProtocol,
 } from './protocol.js';
+import type { SessionEvent, SessionUpdateMessage } from './wire.js';
 import { SessionCloser, timeLimit, type CloseKind, type SessionState } from './closePolicy.js';
 import { UtteranceTracker, type UtteranceDeps, type UtteranceHost } from './utterances.js';
 
@@ -197,7 +197,7 @@ export class RealtimeSession implements UtteranceHost {
     }
   }
 
-  private update(m: Record<string, unknown>): void {
+  private update(m: SessionUpdateMessage): void {
     const r = applySessionUpdate(this._settings, m, { maxSpeechMsCap: this.deps.config.maxSpeechMsCap });
     if (!r.ok) return this.error(r.code, r.message, { field: r.field });
     this._settings = r.settings;
@@ -226,12 +226,12 @@ export class RealtimeSession implements UtteranceHost {
 
   // ---- events, limits, close ------------------------------------------------------------------
 
-  emit(ev: ServerEvent): void {
+  emit(ev: SessionEvent): void {
     if (!this.protocol.present) return this.send(ev);
     for (const out of this.protocol.present(ev)) this.send(out);
   }
 
-  private send(ev: ServerEvent): void {
+  private send(ev: { type: string }): void {
     if (this.state === 'closed' && !this.closer.writable) return;
     this.transport.send(JSON.stringify(ev));
     if (
@@ -242,7 +242,7 @@ export class RealtimeSession implements UtteranceHost {
     }
   }
 
-  private error(code: string, message: string, extra: Record<string, unknown> = {}): void {
+  private error(code: string, message: string, extra: { field?: string } = {}): void {
     this.emit(events.error(code, message, extra));
   }
 

@@ -27,7 +27,8 @@ import type { SessionSettings } from './options.js';
 import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
 import { judgePause, type PauseInfo } from './turnEnd.js';
-import { COMMIT_EMPTY, events, type FlushPurpose, type ServerEvent } from './protocol.js';
+import { events, type FlushPurpose } from './protocol.js';
+import { COMMIT_EMPTY, type CompletedBase, type SessionEvent, type Throttled } from './wire.js';
 import {
   budgetRoom,
   dropReason,
@@ -57,7 +58,7 @@ export interface UtteranceHost {
   readonly state: SessionState;
   readonly settings: SessionSettings;
   now(): number;
-  emit(ev: ServerEvent): void;
+  emit(ev: SessionEvent): void;
   end(kind: CloseKind): void;
   /** A draining session's last work finished: it may close now. */
   finalClose(): void;
@@ -70,7 +71,7 @@ interface Pending {
   timedOut: boolean;
   stoppedAt: number;
   /** Fields of the completed event known before the upstream answers. */
-  base: Record<string, unknown>;
+  base: CompletedBase;
 }
 
 export class UtteranceTracker {
@@ -184,7 +185,7 @@ export class UtteranceTracker {
     return this.leadIn!.toSessionSamples((vadMs * PCM_SAMPLE_RATE) / 1000);
   }
 
-  private throttle(bytes: number, reason: string): void {
+  private throttle(bytes: number, reason: Throttled['reason']): void {
     this.droppedBytes += bytes;
     const t = this.host.now();
     if (t - this.lastThrottleAt < THROTTLE_EVENT_INTERVAL_MS) return;
@@ -373,7 +374,7 @@ export class UtteranceTracker {
 
   private failUtterance(
     index: number,
-    base: Record<string, unknown>,
+    base: CompletedBase,
     stoppedAt: number,
     upstreamCode: string,
     message: string,

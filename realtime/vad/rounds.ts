@@ -1,13 +1,14 @@
 /**
- * Segmentation in rounds over one batched silero model, wherever it runs (a
- * VAD thread, or inline in the server thread): the operations that have
- * arrived are applied stream by stream until each stream's segmenter needs
- * the model (the stream is then blocked, and its later operations wait
+ * Segmentation in rounds over one batched VAD model (vad.ts), wherever it
+ * runs (a VAD thread, or inline in the server thread): the operations that
+ * have arrived are applied stream by stream until each stream's segmenter
+ * needs the model (the stream is then blocked, and its later operations wait
  * behind it, in order); one model call classifies the waiting windows of all
  * blocked streams; they resume; and so on until every stream has used up its
  * audio. A stream's events keep their order; streams are independent. Model
- * calls are asynchronous (onnxruntime-node's public API), so each round
- * awaits its call; operations arriving meanwhile go to the next batch.
+ * calls are asynchronous (silero's go through onnxruntime-node's public API),
+ * so each round awaits its call; operations arriving meanwhile go to the next
+ * batch.
  */
 import {
   Segmenter,
@@ -15,7 +16,7 @@ import {
   type SegmenterOptions,
   type SegmenterSettings,
 } from './segmenter.js';
-import type { SileroPool } from './silero.js';
+import type { Vad } from './vad.js';
 
 export type VadEvent = SegmenterEvent | { type: 'flushed' };
 
@@ -45,7 +46,7 @@ export class SegmentationRounds {
    * own events); `fail` a model failure (the rounds stop).
    */
   constructor(
-    private readonly pool: SileroPool | null,
+    private readonly vad: Vad | null,
     private readonly opts: SegmenterOptions,
     private readonly deliver: (events: Map<number, VadEvent[]>) => void,
     private readonly fail: (err: Error) => void,
@@ -118,7 +119,7 @@ export class SegmentationRounds {
     for (const m of ops) {
       if (m.op === 'open') {
         const o = m.streamAudio ? { ...this.opts, streamAudio: true } : this.opts;
-        this.streams.set(m.id, { seg: new Segmenter(m.settings, this.pool, o), waiting: [] });
+        this.streams.set(m.id, { seg: new Segmenter(m.settings, this.vad, o), waiting: [] });
         continue;
       }
       const st = this.streams.get(m.id);
@@ -137,7 +138,7 @@ export class SegmentationRounds {
     }
     // Rounds: one model call for the waiting windows of all blocked streams.
     while (blocked.size > 0) {
-      await this.pool!.model.run();
+      await this.vad!.run();
       const ids = [...blocked];
       blocked.clear();
       for (const id of ids) {
@@ -155,10 +156,10 @@ export class SegmentationRounds {
  * One segmenter over `pcm`, model calls included (tests and offline tools that
  * drive a single stream): `push` plus the rounds it needs.
  */
-export async function pushThrough(seg: Segmenter, pool: SileroPool, pcm: Buffer): Promise<SegmenterEvent[]> {
+export async function pushThrough(seg: Segmenter, vad: Vad, pcm: Buffer): Promise<SegmenterEvent[]> {
   const out = seg.push(pcm);
   while (seg.blocked) {
-    await pool.model.run();
+    await vad.run();
     out.push(...seg.resume());
   }
   return out;

@@ -38,7 +38,7 @@
  * and nothing past `maxSpeechMs - smartSplitWindowMs` (a hard cut may fall
  * there). The `audio` events of an utterance add up to its `stop` pcm.
  */
-import { WINDOW_SAMPLES, SAMPLE_RATE } from './silero.js';
+import { WINDOW_SAMPLES, SAMPLE_RATE, type ClassifierSource } from './vad.js';
 import { SpeechFlags, WAIT } from './speechFlags.js';
 import { phraseEnd } from './prosody.js';
 
@@ -49,8 +49,8 @@ export const WINDOW_MS = (WINDOW_SAMPLES / SAMPLE_RATE) * 1000;
 export type { SegmenterSettings };
 import type { SegmenterSettings } from '../../shared/config/realtime.js';
 
-export type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
-import type { ClassifierSource, SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
+export type { SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
+import type { SegmenterEvent, SegmenterOptions, StopReason } from './segmenterTypes.js';
 
 /** A pause that ends an utterance past its target length. */
 const TARGET_PAUSE_MS = 160;
@@ -149,7 +149,7 @@ export class Segmenter {
   }
 
   /**
-   * A window waits for a batched model call (a deferred classifier, silero.ts):
+   * A window waits for a batched model call (a deferred classifier, vad.ts):
    * until the owner has run the model and called `resume()` (rounds.ts does),
    * `push` only queues audio, and `flush` and `configure` must not be called.
    */

@@ -1,5 +1,4 @@
-/** What the segmenter (segmenter.ts) takes and gives: its options, its model source, its events. */
-import type { Classifier } from './silero.js';
+/** What the segmenter (segmenter.ts) takes and gives: its options and its events (its model source: vad.ts). */
 import type { Prosody } from './prosody.js';
 
 export type StopReason = 'end_of_speech' | 'target_duration' | 'max_duration' | 'flush';
@@ -29,11 +28,6 @@ export type SegmenterEvent =
       audioStartMs: number;
       audioEndMs: number;
     };
-
-export interface ClassifierSource {
-  /** A classifier for the given threshold, or null (energy fallback is used). */
-  acquire(threshold: number): Classifier | null;
-}
 
 export interface SegmenterOptions {
   /** RMS gate in dBFS below which an idle stream's window is silence without the model. */

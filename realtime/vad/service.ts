@@ -2,9 +2,10 @@
  * Where segmentation runs. A realtime session opens a `VadStream`, pushes
  * audio and receives segmenter events through a callback:
  *
- * - `InlineVad`: segmenters and silero in the calling thread, in rounds at
- *   the end of each event-loop turn (tests, small deployments).
- * - `ThreadedVad`: the same rounds with one batched silero model per worker thread,
+ * - `InlineVad`: segmenters and the VAD model (factory.ts) in the calling
+ *   thread, in rounds at the end of each event-loop turn (tests, small
+ *   deployments).
+ * - `ThreadedVad`: the same rounds with one batched VAD model per worker thread,
  *   streams spread over the threads; frames are collected for up to
  *   `batchWaitMs` into one message per thread, events come back batched. The
  *   main thread (the WebSocket server's event loop) then only moves bytes, so
@@ -18,7 +19,8 @@ import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { SileroPool, type PoolStats } from './silero.js';
+import { loadVad } from './factory.js';
+import type { PoolStats, Vad } from './vad.js';
 import { WINDOW_BYTES, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
 import { SegmentationRounds, type VadEvent } from './rounds.js';
 
@@ -81,11 +83,11 @@ export class InlineVad implements VadService {
   private readonly failureListeners: ((err: Error) => void)[] = [];
 
   constructor(
-    private readonly pool: SileroPool | null,
+    private readonly vad: Vad | null,
     opts: SegmenterOptions,
   ) {
     this.rounds = new SegmentationRounds(
-      pool,
+      vad,
       opts,
       (out) => {
         for (const [id, evs] of out) this.handlers.get(id)?.(evs);
@@ -133,7 +135,7 @@ export class InlineVad implements VadService {
       mode: 'inline',
       streams: this.streams,
       threads: 0,
-      models: this.pool?.stats ?? { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 },
+      models: this.vad?.stats ?? { created: 0, inUse: 0, idle: 0, calls: 0, windows: 0 },
     };
   }
 
@@ -360,7 +362,7 @@ export class ThreadedVad implements VadService {
 export async function createVadService(threads: number, opts: VadServiceOptions): Promise<VadService> {
   if (threads <= 0) {
     return new InlineVad(
-      await SileroPool.load({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }),
+      await loadVad({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax }),
       opts,
     );
   }

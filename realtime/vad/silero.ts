@@ -12,7 +12,8 @@
  * once for all the streams, which is what makes hundreds of streams fit on a
  * core (measured in test/bench/realtime/silero-batch.ts). Model calls go
  * through onnxruntime-node's public, asynchronous `InferenceSession.run`;
- * the rounds of submit / run / take are driven by rounds.ts.
+ * the rounds of submit / run / take are driven by rounds.ts. `SileroPool` is
+ * the realtime tier's `Vad` (vad.ts), chosen in factory.ts.
  *
  * The flags are those of sherpa-onnx's `Vad` (used before) configured as a
  * per-window classifier (one-window min speech/silence), window for window:
@@ -30,12 +31,10 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { InferenceSession, Tensor } from 'onnxruntime-node';
-import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../../shared/audio/pcm.js';
 import { batchedSileroModel, frameWindow, FRAMED_INPUT, FRAMES, FRAME } from './sileroGraph.js';
+import { WINDOW_SAMPLES, type DeferredClassifier, type PoolStats, type Vad, type VadOptions } from './vad.js';
 
-/** Samples per model window at 16 kHz (32 ms), fixed by silero v5. */
-export const WINDOW_SAMPLES = 512;
-export { SAMPLE_RATE };
+// Silero v5 at 16 kHz reads windows of 512 samples (32 ms): the VAD's window (vad.ts).
 /** Samples of the next window the model sees after the current one (silero v5 at 16 kHz). */
 const OVERLAP = 64;
 const INPUT = WINDOW_SAMPLES + OVERLAP;
@@ -46,37 +45,6 @@ const MIN_SPEECH_SAMPLES = WINDOW_SAMPLES;
 const MIN_SILENCE_SAMPLES = WINDOW_SAMPLES;
 /** Speech goes on while the probability stays above `threshold - EXIT_MARGIN` (silero's negative threshold). */
 const EXIT_MARGIN = 0.15;
-
-/** A classifier that answers at once (the energy fallback in tests, stand-ins). */
-export interface WindowClassifier {
-  /** Speech flag for one 512-sample window (float samples in [-1, 1]). */
-  isSpeech(window: Float32Array): boolean;
-  /** The last window was above the exit threshold: speech that had started would go on (absent: the flag). */
-  soft?(): boolean;
-  /** Give the model back; the classifier must not be used afterwards. */
-  release(): void;
-}
-
-/**
- * A classifier whose windows wait for a batched model call: `submit`
- * queues the window (or answers at once, returning true, when no model call
- * is needed); once the owner's `SileroModel.run()` has resolved, `take()`
- * gives the flag.
- */
-export interface DeferredClassifier {
-  submit(window: Float32Array): boolean;
-  take(): boolean;
-  /** After `take()`: the window was above the exit threshold (speech that had started would go on). */
-  soft?(): boolean;
-  /** Give the model back; the classifier must not be used afterwards. */
-  release(): void;
-}
-
-export type Classifier = WindowClassifier | DeferredClassifier;
-
-export function isDeferred(c: Classifier): c is DeferredClassifier {
-  return typeof (c as DeferredClassifier).submit === 'function';
-}
 
 // ---- model ---------------------------------------------------------------------------------------
 
@@ -297,39 +265,29 @@ export class SileroStream implements DeferredClassifier {
   }
 }
 
-export interface SileroPoolOptions {
-  modelPath: string;
-  /** Classifiers created up front. */
-  warm: number;
-  /** Never more classifiers than this (in use + idle); beyond it streams fall back to the energy detector. */
-  max: number;
-}
-
-export interface PoolStats {
-  /** Per-stream classifiers: created, held by a stream, free. */
-  created: number;
-  inUse: number;
-  idle: number;
-  /** Model calls so far and windows they classified (windows / calls = mean batch). */
-  calls: number;
-  windows: number;
-}
-
-/** Per-stream classifiers over one shared model. */
-export class SileroPool {
+/** Per-stream classifiers over one shared model: silero as the `Vad` (vad.ts). */
+export class SileroPool implements Vad {
   private readonly idle: SileroStream[] = [];
   private created = 0;
   private inUse = 0;
 
   private constructor(
-    readonly model: SileroModel,
-    private readonly opts: SileroPoolOptions,
+    private readonly model: SileroModel,
+    private readonly opts: VadOptions,
   ) {
     for (let i = 0; i < opts.warm && i < opts.max; i++) this.idle.push(this.create());
   }
 
-  static async load(opts: SileroPoolOptions): Promise<SileroPool> {
+  static async load(opts: VadOptions): Promise<SileroPool> {
     return new SileroPool(await SileroModel.load(opts.modelPath), opts);
+  }
+
+  run(): Promise<void> {
+    return this.model.run();
+  }
+
+  get pending(): number {
+    return this.model.pending;
   }
 
   get stats(): PoolStats {

@@ -23,8 +23,14 @@
  * - without a model, an energy threshold (`ENERGY_FALLBACK_MARGIN_DB` above
  *   the gate).
  */
-import { WINDOW_SAMPLES, isDeferred, type Classifier, type DeferredClassifier } from './silero.js';
-import type { ClassifierSource, SegmenterOptions } from './segmenterTypes.js';
+import {
+  WINDOW_SAMPLES,
+  isDeferred,
+  type Classifier,
+  type ClassifierSource,
+  type DeferredClassifier,
+} from './vad.js';
+import type { SegmenterOptions } from './segmenterTypes.js';
 
 /**
  * Quiet ends apply only to windows this far below the loudest window of the

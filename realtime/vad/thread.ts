@@ -1,18 +1,18 @@
 /**
- * A VAD worker thread (see service.ts): one silero model (an ONNX Runtime
- * session) for all its streams, one segmenter per stream, driven in rounds
+ * A VAD worker thread (see service.ts): one VAD model (factory.ts: silero,
+ * one ONNX Runtime session) for all its streams, one segmenter per stream, driven in rounds
  * (rounds.ts). Receives batches of operations, answers with batched events.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { SileroPool } from './silero.js';
+import { loadVad } from './factory.js';
 import { SegmentationRounds, type VadEvent } from './rounds.js';
 import type { FromThread, ToThreadBatch, VadServiceOptions } from './service.js';
 
 const opts = workerData as VadServiceOptions;
-const pool = await SileroPool.load({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax });
+const vad = await loadVad({ modelPath: opts.modelPath, warm: opts.poolWarm, max: opts.poolMax });
 let lastStats = 0;
 
-const rounds = new SegmentationRounds(pool, opts, send, (err) => {
+const rounds = new SegmentationRounds(vad, opts, send, (err) => {
   // The thread's streams have lost their state: the main thread ends them (service.ts).
   throw err;
 });
@@ -43,9 +43,9 @@ function send(out: Map<number, VadEvent[]>): void {
   const now = Date.now();
   if (now - lastStats > 1000) {
     lastStats = now;
-    msg.stats = pool.stats;
+    msg.stats = vad.stats;
   }
   if (msg.events || msg.stats) parentPort!.postMessage(msg, transfer);
 }
 
-parentPort!.postMessage({ ready: true, stats: pool.stats } satisfies FromThread);
+parentPort!.postMessage({ ready: true, stats: vad.stats } satisfies FromThread);

@@ -18,7 +18,8 @@ import { Authenticator, KeyStore } from '../../shared/auth/index.js';
 import type { LimitsDriver } from '../../shared/limits/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
 import { createSpeechEngine } from '../../shared/stt/index.js';
-import { SileroPool } from '../../realtime/vad/silero.js';
+import { loadVad } from '../../realtime/vad/factory.js';
+import type { Vad } from '../../realtime/vad/vad.js';
 import { InlineVad, type VadService } from '../../realtime/vad/service.js';
 import { startRealtime, type RunningRealtime } from '../../realtime/server.js';
 import { createPlatform } from '../../shared/platform.js';
@@ -76,10 +77,10 @@ export interface RealtimeTestContext {
   close(): Promise<void>;
 }
 
-let sharedPool: Promise<SileroPool> | null = null;
-/** One silero pool for the whole test run (instances cost ~40 ms each to create). */
-export function testVadPool(config: Config): Promise<SileroPool> {
-  sharedPool ??= SileroPool.load({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
+let sharedPool: Promise<Vad> | null = null;
+/** One VAD model for the whole test run (silero instances cost ~40 ms each to create). */
+export function testVadPool(config: Config): Promise<Vad> {
+  sharedPool ??= loadVad({ modelPath: config.realtime.vad.modelPath, warm: 2, max: 64 });
   return sharedPool;
 }
 

@@ -10,7 +10,7 @@ import {
   type SegmenterSettings,
 } from '../../realtime/vad/segmenter.js';
 import { SegmentationRounds, type VadEvent } from '../../realtime/vad/rounds.js';
-import type { SileroPool, WindowClassifier } from '../../realtime/vad/silero.js';
+import type { PoolStats, Vad, WindowClassifier } from '../../realtime/vad/vad.js';
 
 const BASE: SegmenterSettings = {
   vad: true,
@@ -33,9 +33,17 @@ const win = (amp: number) => {
 const pcm = (pattern: string, loud = 8000) =>
   Buffer.concat([...pattern].map((ch) => win(ch === 'S' ? loud : ch === 'q' ? 400 : ch === 'm' ? 2000 : 0)));
 
-class Loudness {
+/** A VAD whose classifiers answer at once: nothing ever waits for `run()`. */
+class Loudness implements Vad {
   calls = 0;
   released = 0;
+  readonly pending = 0;
+  run(): Promise<void> {
+    return Promise.resolve();
+  }
+  get stats(): PoolStats {
+    return { created: 0, inUse: 0, idle: 0, calls: this.calls, windows: this.calls };
+  }
   acquire(): WindowClassifier {
     return {
       isSpeech: (w) => {
@@ -385,7 +393,7 @@ describe('realtime VAD segmenter: sentence-end pauses', () => {
     // Nobody answers the pause: before, the flush queued behind it until the verdict came (a decoder
     // behind real time held a draining session past its drain window).
     const got = new Map<number, VadEvent[]>();
-    const rounds = new SegmentationRounds(new Loudness() as unknown as SileroPool, OPTS, (out) => {
+    const rounds = new SegmentationRounds(new Loudness(), OPTS, (out) => {
       for (const [id, evs] of out) got.set(id, [...(got.get(id) ?? []), ...evs]);
     }, (err) => { throw err; }); // prettier-ignore
     const audio = Buffer.concat([AUDIO.subarray(0, 20 * WINDOW_BYTES), pcm('S'.repeat(8) + 'q'.repeat(6))]);

@@ -11,7 +11,8 @@ import { expect } from 'chai';
 import { loadConfig } from '../../shared/config/index.js';
 import { canonicalWavSamples } from '../../shared/audio/index.js';
 import { Segmenter, type SegmenterEvent, type SegmenterSettings } from '../../realtime/vad/segmenter.js';
-import { SileroPool, WINDOW_SAMPLES } from '../../realtime/vad/silero.js';
+import { loadVad } from '../../realtime/vad/factory.js';
+import { WINDOW_SAMPLES } from '../../realtime/vad/vad.js';
 import { InlineVad, ThreadedVad, type VadEvent, type VadService } from '../../realtime/vad/service.js';
 import { pushThrough } from '../../realtime/vad/rounds.js';
 
@@ -86,7 +87,7 @@ describe('batched silero VAD', function () {
     // 3 copies of each clip with different settings: 18 streams, batches of up to 18 windows.
     const streams = [...clips, ...clips, ...clips];
     // One stream at a time, every model call of batch 1.
-    const alone = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 1 });
+    const alone = await loadVad({ modelPath: v.modelPath, warm: 0, max: 1 });
     const expected: string[][] = [];
     for (const [i, pcm] of streams.entries()) {
       const seg = new Segmenter(settingsOf(i), alone, segOpts);
@@ -94,11 +95,8 @@ describe('batched silero VAD', function () {
       expected.push([...evs, ...seg.flush(), { type: 'flushed' as const }].map(describeEvent));
       seg.close();
     }
-    expect(alone.model.calls).to.equal(alone.model.windows);
-    const inline = new InlineVad(
-      await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 64 }),
-      segOpts,
-    );
+    expect(alone.stats.calls).to.equal(alone.stats.windows);
+    const inline = new InlineVad(await loadVad({ modelPath: v.modelPath, warm: 0, max: 64 }), segOpts);
     const threaded = await ThreadedVad.start(1, {
       ...v,
       poolWarm: 0,
@@ -121,10 +119,10 @@ describe('batched silero VAD', function () {
   });
 
   it('a stream blocked on the model keeps its later operations in order, and a close while queued is safe', async () => {
-    const pool = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 4 });
+    const pool = await loadVad({ modelPath: v.modelPath, warm: 0, max: 4 });
     const a = new Segmenter(settingsOf(0), pool, segOpts);
     const b = new Segmenter(settingsOf(0), pool, segOpts);
-    const refPool = await SileroPool.load({ modelPath: v.modelPath, warm: 0, max: 1 });
+    const refPool = await loadVad({ modelPath: v.modelPath, warm: 0, max: 1 });
     const ref = new Segmenter(settingsOf(0), refPool, segOpts);
     const clip = clips[0];
     const expected = [...(await pushThrough(ref, refPool, clip)), ...ref.flush()].map(describeEvent);
@@ -135,13 +133,13 @@ describe('batched silero VAD', function () {
     expect(() => a.flush()).to.throw(/waiting for the model/);
     // b closes while its window is queued: the model still runs it, then its state goes back.
     b.close();
-    while (pool.model.pending > 0) {
-      await pool.model.run();
+    while (pool.pending > 0) {
+      await pool.run();
       got.push(...a.resume());
     }
     got.push(...a.flush());
     expect(got.map(describeEvent)).to.deep.equal(expected);
-    expect(pool.model.calls).to.be.greaterThan(10);
+    expect(pool.stats.calls).to.be.greaterThan(10);
     a.close();
     expect(pool.stats).to.deep.include({ inUse: 0 });
   });

@@ -24,7 +24,8 @@ import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { InferenceSession, Tensor } from 'onnxruntime-node';
 import { loadConfig } from '../../../shared/config/index.js';
-import { SileroModel, SileroStream, WINDOW_SAMPLES, SAMPLE_RATE } from '../../../realtime/vad/silero.js';
+import { SileroModel, SileroStream } from '../../../realtime/vad/silero.js';
+import { WINDOW_SAMPLES, SAMPLE_RATE } from '../../../realtime/vad/vad.js';
 import { batchedSileroModel, frameWindow, FRAMED_INPUT } from '../../../realtime/vad/sileroGraph.js';
 import { speechLoop } from '../../load/realtime-load.js';
 

@@ -9,7 +9,8 @@ import { loadConfig } from '../../../shared/config/index.js';
 import { DEFAULT_CMN, type CmnEstimate, type CmnSettings } from '../../../shared/stt/pocketsphinx/cmn.js';
 import { Decoder, type DecoderOptions } from '../../../shared/stt/pocketsphinx/decoder.js';
 import { Segmenter } from '../../../realtime/vad/segmenter.js';
-import { SileroPool } from '../../../realtime/vad/silero.js';
+import { loadVad } from '../../../realtime/vad/factory.js';
+import type { Vad } from '../../../realtime/vad/vad.js';
 import { pushThrough } from '../../../realtime/vad/rounds.js';
 
 export const silence = (ms: number) => Buffer.alloc(Math.round(ms * 32));
@@ -56,13 +57,13 @@ export function streamed(dec: Decoder, pcm: Buffer, cmn?: CmnEstimate): string {
 export class RealtimeCutter {
   private constructor(
     private readonly config: Config,
-    private readonly pool: SileroPool,
+    private readonly pool: Vad,
   ) {}
 
   static async create(config: Config): Promise<RealtimeCutter> {
     return new RealtimeCutter(
       config,
-      await SileroPool.load({ modelPath: config.realtime.vad.modelPath, warm: 1, max: 4 }),
+      await loadVad({ modelPath: config.realtime.vad.modelPath, warm: 1, max: 4 }),
     );
   }
 
