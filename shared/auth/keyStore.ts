@@ -190,7 +190,7 @@ export class KeyStore {
     const [row] = await this.db<KeyRow>('api_keys')
       .where({ id })
       .update({ vocabulary: value } as never, '*');
-    return row as KeyRow | undefined;
+    return row;
   }
 
   async revoke(id: string): Promise<KeyRow | undefined> {
