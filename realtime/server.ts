@@ -125,7 +125,7 @@ export async function startRealtime(
     // stops messages so large that they would be buffered whole before we see them (it drops the connection).
     maxPayloadLength: rt.maxMessageBytes,
     maxBackpressure: rt.clientBackpressureBytes * 4,
-    closeOnBackpressureLimit: 0,
+    closeOnBackpressureLimit: false,
     idleTimeout: 120,
     sendPingsAutomatically: true,
     upgrade: upgrade(dialect),

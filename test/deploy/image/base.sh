@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A local stand-in for the Dockerfile's base image, node:20-bookworm-slim,
+# A local stand-in for the Dockerfile's base image, node:24-bookworm-slim,
 # which this machine cannot pull: Debian bookworm (debootstrap minbase, from
 # the machine's apt mirror) with this machine's node and npm, a `node` user
 # (uid 1000) and the machine's CA bundle (NODE_EXTRA_CA_CERTS), so that npm
@@ -10,7 +10,7 @@
 #
 # Does nothing when the image exists (FORCE=1 rebuilds it).
 set -euo pipefail
-IMAGE=${BASE_IMAGE:-node:20-bookworm-slim}
+IMAGE=${BASE_IMAGE:-node:24-bookworm-slim}
 if [[ -z "${FORCE:-}" ]] && podman image exists "$IMAGE"; then
   echo "base.sh: $IMAGE exists"
   exit 0
@@ -30,6 +30,7 @@ fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
 node_bin=$(readlink -f "$(command -v node)")
+[[ "$("$node_bin" -p "process.versions.node.split('.')[0]")" -ge 24 ]] || { echo "base.sh: $node_bin is older than Node 24 (run it under npm, after scripts/setup.sh)" >&2; exit 1; }
 npm_dir=$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")
 [[ -f "$npm_dir/package.json" ]] || { echo "base.sh: npm not found at $npm_dir" >&2; exit 1; }
 ca=/etc/ssl/certs/ca-certificates.crt

@@ -75,7 +75,7 @@ function listFiles(dir: string): string[] {
 /** Content hash of the image's inputs and the base image it is built on. */
 export async function imageHash(): Promise<string> {
   const h = createHash('sha256');
-  h.update(await podman(['image', 'inspect', '--format', '{{.Id}}', 'node:20-bookworm-slim']));
+  h.update(await podman(['image', 'inspect', '--format', '{{.Id}}', 'node:24-bookworm-slim']));
   const files = [...IMAGE_INPUTS, ...SOURCE_DIRS.flatMap(listFiles)].sort();
   for (const f of files) {
     h.update(f + '\0');
