@@ -79,34 +79,64 @@ describe('batch: workflow end to end', function () {
     );
   }
 
-  let requestId: string;
-  let workflowId: string;
-  let firstResult: { segments: { text: string }[] };
-  let resubmittedId: string;
+  const scrape = async () => (await request(t.server).get('/metrics').expect(200)).text;
+
+  // Each case can run alone (mocha -g): the first job and its resubmission are fixtures,
+  // started by whichever case needs them first and shared after that.
+  interface FirstJob {
+    requestId: string;
+    workflowId: string;
+    submitted: request.Response;
+    metricsBefore: string;
+  }
+  let firstJobRun: Promise<FirstJob> | undefined;
+  const firstJob = () =>
+    (firstJobRun ??= (async () => {
+      const metricsBefore = await scrape();
+      const requestId = randomId();
+      const submitted = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({
+          audio_url: `${files.url}/talk.wav`,
+          request_id: requestId,
+          segment_seconds: 10,
+          concurrency: 2,
+          review: true,
+          language: 'en-US',
+          webhook_url: `${files.url}/hook`,
+          metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
+        });
+      expect(submitted.status, submitted.text).to.equal(202);
+      return { requestId, workflowId: submitted.body.workflow_id, submitted, metricsBefore };
+    })());
+  /** The first job, finished: its poll body. */
+  const firstJobDone = async () => (await waitDone((await firstJob()).workflowId)).body;
+  let resubmissionRun:
+    Promise<{ engineCalls: number; submitted: request.Response; done: request.Response }> | undefined;
+  const resubmission = () =>
+    (resubmissionRun ??= (async () => {
+      const { requestId } = await firstJob();
+      await firstJobDone();
+      const engineCalls = t.engineCalls.length;
+      const submitted = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send({
+          audio_url: `${files.url}/talk.wav`,
+          request_id: requestId,
+          segment_seconds: 10,
+          concurrency: 2,
+        });
+      return { engineCalls, submitted, done: await waitDone(submitted.body.workflow_id) };
+    })());
 
   it('runs a job with review and webhook: steps, output, artifacts, signed webhook, /metrics', async () => {
-    const scrape = async () => (await request(t.server).get('/metrics').expect(200)).text;
-    const metricsBefore = await scrape();
-    requestId = randomId();
-    const sub = await request(t.server)
-      .post('/v1/audio/transcriptions/jobs')
-      .set('authorization', `Bearer ${key}`)
-      .send({
-        audio_url: `${files.url}/talk.wav`,
-        request_id: requestId,
-        segment_seconds: 10,
-        concurrency: 2,
-        review: true,
-        language: 'en-US',
-        webhook_url: `${files.url}/hook`,
-        metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
-      });
-    expect(sub.status).to.equal(202);
+    const { requestId, workflowId, submitted: sub, metricsBefore } = await firstJob();
     expect(sub.body).to.include({ request_id: requestId, status: 'queued' });
     expect(sub.body.workflow_id).to.match(/^cf_[0-9a-f]{64}$/);
     expect(sub.body.endpoint).to.equal(`GET /${sub.body.workflow_id}`);
     expect(sub.body.poll_endpoint).to.equal(`GET /v1/audio/transcriptions/jobs/${sub.body.workflow_id}`);
-    workflowId = sub.body.workflow_id;
 
     // Steps become visible while it runs: a poll sees the job running with a step in progress and others done.
     const running = await waitFor(
@@ -209,7 +239,6 @@ describe('batch: workflow end to end', function () {
       .toLowerCase();
     expect(text).to.match(/country/);
     expect(text, text).to.match(/dashwood|disposed|selfish/);
-    firstResult = r;
     expect(t.engineCalls.filter((c) => c.workflowId === workflowId)).to.have.length(3);
 
     // Artifacts (2.5): exactly the table's keys for a reviewed job, read through GET /r2/{key}, owner only.
@@ -295,6 +324,7 @@ describe('batch: workflow end to end', function () {
   });
 
   it('polls on all three paths; other tenants and unknown ids get 404', async () => {
+    const { workflowId } = await firstJob();
     for (const p of [
       `/v1/audio/transcriptions/jobs/${workflowId}`,
       `/v1/audio/transcriptions/${workflowId}`,
@@ -321,20 +351,11 @@ describe('batch: workflow end to end', function () {
   });
 
   it('resubmitting the same request_id skips every stored chunk', async () => {
-    const before = t.engineCalls.length;
-    const sub = await request(t.server)
-      .post('/v1/audio/transcriptions/jobs')
-      .set('authorization', `Bearer ${key}`)
-      .send({
-        audio_url: `${files.url}/talk.wav`,
-        request_id: requestId,
-        segment_seconds: 10,
-        concurrency: 2,
-      });
+    const { requestId, workflowId } = await firstJob();
+    const firstResult = (await firstJobDone()).output.result as { segments: { text: string }[] };
+    const { engineCalls: before, submitted: sub, done } = await resubmission();
     expect(sub.status).to.equal(202);
     expect(sub.body.workflow_id).to.not.equal(workflowId);
-    resubmittedId = sub.body.workflow_id;
-    const done = await waitDone(sub.body.workflow_id);
     expect(done.body.status).to.equal('complete');
     expect(t.engineCalls.length).to.equal(before);
     expect(done.body.output.report).to.include({ chunks_reused: 3, chunks_transcribed: 0 });
@@ -434,11 +455,13 @@ describe('batch: workflow end to end', function () {
   });
 
   it('bills each workflow once, for the audio it had transcribed (reused checkpoints are free)', async () => {
+    const { workflowId } = await firstJob();
+    const { done } = await resubmission();
     const row = await t.deps.db('usage_events').where({ plane: 'batch', ref_id: workflowId }).first();
     expect(row.audio_seconds).to.be.closeTo(duration, 0.05);
     const resubmitted = await t.deps
       .db('usage_events')
-      .where({ plane: 'batch', ref_id: resubmittedId })
+      .where({ plane: 'batch', ref_id: done.body.workflow_id })
       .first();
     expect(resubmitted.audio_seconds).to.equal(0);
   });

@@ -11,7 +11,7 @@ import { expect } from 'chai';
 import request from 'supertest';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 import { AUDIO_DIR, startEngine, type EngineProcess } from '../speech/helpers.js';
-import { leaks, sleep, waitFor } from './cluster.js';
+import { leaks, waitFor } from './cluster.js';
 
 describe('faults: an engine worker killed under segment load', function () {
   this.timeout(180_000);
@@ -65,9 +65,16 @@ describe('faults: an engine worker killed under segment load', function () {
       100,
     );
     await engines[0].kill();
-    await sleep(4000);
+    // The kill happened: the process has exited on SIGKILL.
+    expect(engines[0].child.signalCode, 'the first worker was killed').to.equal('SIGKILL');
+    const afterKill = answers.length;
+    // The load goes on until a dozen more answers came back after the kill.
+    await waitFor('answers after the kill', async () => answers.length >= afterKill + 12, 90_000, 100);
     running = false;
     await load;
+    // Nothing answered 200 from the dead worker after it died (a kill that did nothing fails here).
+    const late = answers.slice(afterKill + 2).filter((r) => r.status === 200);
+    expect(late.map((r) => r.headers['x-worker-id'])).to.not.include(ids[0]);
     // Failover observed: the service answers from the other worker once the first is gone.
     await waitFor(
       'a 200 on the remaining worker',
