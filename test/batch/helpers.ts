@@ -125,7 +125,8 @@ export interface BatchTestApp extends TestApp {
 
 export const BATCH_TEST_ENV = {
   OUTBOUND_ALLOW: '127.0.0.1',
-  BATCH_LEASE_SECONDS: '3',
+  // pg-boss's shortest heartbeat: a dead worker's job is retried within about 13 s.
+  BATCH_HEARTBEAT_SECONDS: '10',
   STT_THREADS: '2',
   // Correctness here, speed in benchmarks: a loaded CI machine must not time decodes out.
   STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
@@ -135,7 +136,7 @@ export const BATCH_TEST_ENV = {
   POLL_REQUESTS_PER_MINUTE: '0',
 };
 
-/** Internal tuning of the batch tests: lapsed leases are looked for twice a second. */
+/** Internal tuning of the batch tests: retention and lost webhook deliveries are looked for twice a second. */
 export const BATCH_TEST_OVERRIDES = { batch: { sweepIntervalMs: 500 } } satisfies ConfigOverrides;
 
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
@@ -212,7 +213,7 @@ export async function pollJob(
 }
 
 /**
- * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers, sweeper, real engine) with
+ * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers and supervisor, real engine) with
  * this environment; engine calls are appended to `callLog`. Resolves once it is ready.
  */
 export function startWorkerProcess(env: Record<string, string>, callLog: string): Promise<ChildProcess> {

@@ -51,8 +51,8 @@ describe('faults: Postgres stopped and restarted under load', function () {
       DATABASE_URL: pg.url,
       DATA_DIR: dataDir,
       OUTBOUND_ALLOW: '127.0.0.1',
-      // Lapsed leases are looked for every second.
-      BATCH_LEASE_SECONDS: '3',
+      // pg-boss's shortest heartbeat (stale jobs are looked for every 3 s).
+      BATCH_HEARTBEAT_SECONDS: '10',
       POLL_REQUESTS_PER_MINUTE: '0',
       PLANS_JSON: UNLIMITED_PLANS,
     });
