@@ -119,7 +119,9 @@ export class WorkflowRunner {
     signal: AbortSignal,
     firstDelayMs: number,
   ): Promise<boolean> {
-    for (let delayMs = firstDelayMs; ; delayMs = Math.min(10_000, delayMs * 2)) {
+    // Looked at every second once the first wait is over: the job's heartbeat must reach pg-boss before
+    // its supervisor, back too, takes the stale heartbeat for a dead process.
+    for (let delayMs = firstDelayMs; ; delayMs = 1000) {
       await new Promise<void>((resolve) => {
         const done = () => {
           clearTimeout(timer);
