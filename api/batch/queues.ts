@@ -43,7 +43,10 @@ export function workflowQueue(config: Pick<BatchConfig, 'heartbeatSeconds'>): Qu
  * pg-boss's schema (in `start`) and this plane's queues, created if missing
  * and set to this configuration (the heartbeat follows BATCH_HEARTBEAT_SECONDS).
  */
-export async function createQueues(boss: PgBoss, config: Pick<BatchConfig, 'heartbeatSeconds'>): Promise<void> {
+export async function createQueues(
+  boss: PgBoss,
+  config: Pick<BatchConfig, 'heartbeatSeconds'>,
+): Promise<void> {
   await boss.start();
   const queues: [string, QueuePolicy, QueueSettings][] = [
     // Before the workflow queue, which names it.

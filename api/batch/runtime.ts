@@ -27,7 +27,13 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { FairShare } from '../../shared/fairShare.js';
-import { createQueues, MAX_BACKLOG_RANK, WEBHOOK_QUEUE, WORKFLOW_DEAD_QUEUE, WORKFLOW_QUEUE } from './queues.js';
+import {
+  createQueues,
+  MAX_BACKLOG_RANK,
+  WEBHOOK_QUEUE,
+  WORKFLOW_DEAD_QUEUE,
+  WORKFLOW_QUEUE,
+} from './queues.js';
 import { ByteBudget } from '../../shared/semaphore.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
@@ -162,7 +168,7 @@ export class BatchRuntime {
     const schema = this.d.config.batch.pgBossSchema;
     if (await this.repo.handedOff(schema)) return;
     let count = 0;
-    for (let after = ''; ; ) {
+    for (let after = ''; ;) {
       const ids = await this.repo.unfinishedIds(after);
       if (!ids.length) break;
       for (const id of ids) {
@@ -336,7 +342,7 @@ export class BatchRuntime {
     if (!boss) throw new Error('batch runtime not started');
     // Counted from the jobs themselves: pg-boss's queue counts are a cache refreshed by its monitor.
     let pending = 0;
-    for (let after: string | undefined; ; ) {
+    for (let after: string | undefined; ;) {
       const page = await boss.findJobs(WORKFLOW_QUEUE, { limit: 10_000, ...(after ? { after } : {}) });
       pending += page.filter((j) => ['created', 'retry', 'active'].includes(j.state)).length;
       if (page.length < 10_000) return pending;

@@ -284,12 +284,16 @@ export class WorkflowRunner {
     if (!row || (row.status !== 'queued' && row.status !== 'running')) return;
     const error = {
       name: 'workflow_failed',
-      message: 'The job could not be run to its end and was given up. Submit it again; if it fails the same way, report its workflow_id to the operator.',
+      message:
+        'The job could not be run to its end and was given up. Submit it again; if it fails the same way, report its workflow_id to the operator.',
     };
     const log = this.d.logger.child({ workflowId, requestId: row.request_id });
     if (row.params.webhook_url) await this.d.repo.stepSet(workflowId, STEPS.webhook, 'waiting');
     if (await this.d.repo.abandon(workflowId, error)) {
-      log.error({ runs: row.runs, lapses: row.lapses }, 'workflow given up: its pg-boss job failed every attempt');
+      log.error(
+        { runs: row.runs, lapses: row.lapses },
+        'workflow given up: its pg-boss job failed every attempt',
+      );
       await this.budget.release('batch', workflowId);
       metrics.finished.inc({ status: 'errored' });
       await this.handOffWebhook(row, log);

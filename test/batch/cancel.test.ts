@@ -204,7 +204,9 @@ describe('batch: cancelling jobs', function () {
     // The run drops its download once its heartbeat finds the job cancelled (every half heartbeat).
     await waitFor(async () => sockets.size === 0, 30_000, 100);
     const stoppedAfter = (Date.now() - at) / 1000;
-    expect(stoppedAfter, 'seconds until the run stopped').to.be.below(t.config.batch.heartbeatSeconds / 2 + 3);
+    expect(stoppedAfter, 'seconds until the run stopped').to.be.below(
+      t.config.batch.heartbeatSeconds / 2 + 3,
+    );
     expect((await row(id)).status).to.equal('terminated');
     expect((await row(id)).error.name).to.equal('cancelled');
   });

@@ -696,7 +696,9 @@ describe('deployment: 5 API instances starting together on an empty database', f
     const db = await createTestDatabase('stt_deploy_first');
     // An empty database: drop what the helper migrated.
     const admin = createDb(db.url, { poolMax: 1 });
-    await admin.raw('DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE; DROP SCHEMA IF EXISTS pgboss_v12 CASCADE');
+    await admin.raw(
+      'DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE; DROP SCHEMA IF EXISTS pgboss_v12 CASCADE',
+    );
     await admin.destroy();
     const dataDir = fs.mkdtempSync(path.join(tmpRoot(), 'first-start-'));
     const children = await Promise.all(
