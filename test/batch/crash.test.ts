@@ -9,7 +9,7 @@ import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { PgBoss } from 'pg-boss';
+import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { tenantStore } from '../../api/batch/storage/index.js';
 import { BatchRuntime, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
@@ -17,6 +17,7 @@ import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   randomId,
   startWorkerProcess,
   startFileServer,
@@ -177,9 +178,7 @@ describe('batch: a job whose worker died before taking the workflow (pg-boss hea
     expect(sent, 'the sent job is kept on the workflow').to.match(/^[0-9a-f-]{36}$/);
 
     // A worker fetches the job (it turns active) and dies before it takes the workflow: no heartbeat follows.
-    boss = new PgBoss({ connectionString: t.db.url, schema: t.config.batch.pgBossSchema, supervise: false });
-    boss.on('error', () => {});
-    await boss.start();
+    boss = await pgBossClient(t);
     const [dead] = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
     const fetchedAt = Date.now();
     expect(dead.id).to.equal(sent);

@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
+import { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
@@ -166,6 +167,20 @@ export async function createBatchTestApp(
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A pg-boss client of the app's schema that does no maintenance: what a test
+ * reads the batch plane's jobs through (pg-boss's API), or a worker it lets die.
+ */
+export async function pgBossClient(t: BatchTestApp): Promise<PgBoss> {
+  const boss = new PgBoss({
+    connectionString: t.db.url,
+    schema: t.config.batch.pgBossSchema,
+    supervise: false,
+  });
+  boss.on('error', () => {});
+  return boss.start();
 }
 
 export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('batch-test-secret-0123456789abcdef').toString('base64')}`;

@@ -8,13 +8,14 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { PgBoss } from 'pg-boss';
+import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { BatchRuntime, WORKFLOW_DEAD_QUEUE, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   startFileServer,
   tmpDir,
   waitFor,
@@ -74,9 +75,7 @@ describe('batch: pg-boss 12 beside our workflow rows', function () {
   it('queues the unfinished workflows in a new pg-boss schema once, given back, and runs them', async () => {
     const k = await issueKey(t, { ownerId: 'tenant-handoff', plan: 'pro' });
     await t.runtime.start({ workers: false });
-    boss = new PgBoss({ connectionString: t.db.url, schema: t.config.batch.pgBossSchema, supervise: false });
-    boss.on('error', () => {});
-    await boss.start();
+    boss = await pgBossClient(t);
     const schema = t.config.batch.pgBossSchema;
     expect(
       await t.deps.db('batch_pgboss_handoffs').where({ schema }).first(),

@@ -12,13 +12,14 @@ import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import { PgBoss } from 'pg-boss';
+import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   randomId,
   startWorkerProcess,
   startFileServer,
@@ -42,9 +43,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
     t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
     await t.runtime.start({ workers: false });
     // Reads the workflow's job through pg-boss's API.
-    boss = new PgBoss({ connectionString: t.db.url, schema: t.config.batch.pgBossSchema, supervise: false });
-    boss.on('error', () => {});
-    await boss.start();
+    boss = await pgBossClient(t);
   });
   after(async () => {
     await boss?.stop({ graceful: false }).catch(() => {});
