@@ -172,8 +172,8 @@ export class BatchRuntime {
       const ids = await this.repo.unfinishedIds(after);
       if (!ids.length) break;
       for (const id of ids) {
-        const jobs = await boss.findJobs(WORKFLOW_QUEUE, { key: id, queued: true });
-        if (jobs.length) continue;
+        const jobs = await boss.findJobs(WORKFLOW_QUEUE, { key: id });
+        if (jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active')) continue;
         await this.repo.giveBack(id);
         await this.enqueue(id, 0, boss);
         count++;
