@@ -147,10 +147,15 @@ export class BatchRuntime {
     boss.on('warning', (warning) => this.log.warn({ warning }, 'pg-boss warning'));
     // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
     // empty database deadlock there, so they take turns under the migrations' advisory lock.
-    await withMigrationLock(this.d.db, async () => {
-      await createQueues(boss, cfg.batch);
-      await this.handOff(boss);
-    });
+    try {
+      await withMigrationLock(this.d.db, async () => {
+        await createQueues(boss, cfg.batch);
+        await this.handOff(boss);
+      });
+    } catch (err) {
+      await boss.stop({ graceful: false }).catch(() => {});
+      throw err;
+    }
     this.boss = boss;
     return boss;
   }
@@ -258,6 +263,9 @@ export class BatchRuntime {
   async stop(): Promise<void> {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = undefined;
+    // One being started is stopped once it is.
+    await this.starting?.catch(() => {});
+    await this.producing?.catch(() => {});
     const boss = this.boss;
     // No new runs here; the ones in progress give their workflows back (queued again for another
     // process) and their handlers return before pg-boss stops.
