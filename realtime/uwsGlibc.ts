@@ -72,7 +72,7 @@ export function rebindC23(elf: Buffer): Buffer | undefined {
   const versym = sections.find((s) => s.type === SHT_GNU_VERSYM);
   const verneed = sections.find((s) => s.type === SHT_GNU_VERNEED);
   if (!dynsym || !versym || !verneed) return undefined;
-  const dynstr = sections[dynsym.link]!.offset;
+  const dynstr = sections[dynsym.link].offset;
 
   let changed = 0;
   for (let i = 0; i < dynsym.size / dynsym.entsize; i++) {
@@ -89,7 +89,7 @@ export function rebindC23(elf: Buffer): Buffer | undefined {
 
   // Elf64_Verneed { vn_version u16, vn_cnt u16, vn_file u32, vn_aux u32, vn_next u32 }
   // Elf64_Vernaux { vna_hash u32, vna_flags u16, vna_other u16, vna_name u32, vna_next u32 }
-  const verstr = sections[verneed.link]!.offset;
+  const verstr = sections[verneed.link].offset;
   for (let need = verneed.offset; ; ) {
     const cnt = out.readUInt16LE(need + 2);
     for (let k = 0, aux = need + out.readUInt32LE(need + 8); k < cnt; k++) {

@@ -2,8 +2,9 @@
  * Ending unfinished workflows early (issue 41): a tenant cancels its own
  * job, and revoking a key ends its jobs. They become `terminated` with the
  * reason in `error`: a queued one never starts (`acquire` takes only queued
- * and running ones), a run in this process is stopped at once and one
- * elsewhere at its next lease renewal; budget reservations are released.
+ * and running ones, and its pg-boss job is cancelled), a run in this process
+ * is stopped at once and one elsewhere when its job's next heartbeat finds
+ * the job cancelled; budget reservations are released.
  * The chunks it had transcribed are billed (issue 41, third pass: cancel
  * and resubmit, or read the chunk checkpoints, had them transcribed free);
  * a later run of the same request_id reuses them without billing again.
@@ -18,7 +19,7 @@ import type { ChunkCheckpoint } from './types.js';
 import * as metrics from './metrics.js';
 
 type Target = { id: string; ownerId: string } | { keyId: string };
-type Ended = { id: string; owner_id: string; key_id: string; request_id: string };
+type Ended = { id: string; owner_id: string; key_id: string; request_id: string; job_id: string | null };
 
 export class Cancellation {
   constructor(
@@ -27,6 +28,8 @@ export class Cancellation {
     private readonly budget: UsageBudget,
     /** Stops this process's run of a workflow, if it has one. */
     private readonly stopRun: (workflowId: string) => void,
+    /** Cancels the workflows' pg-boss jobs (a run elsewhere stops at its next heartbeat). */
+    private readonly cancelJobs: (jobIds: string[]) => Promise<void>,
     private readonly log: Logger,
   ) {}
 
@@ -59,12 +62,12 @@ export class Cancellation {
         error: JSON.stringify(error),
         ended_at: this.db.fn.now(),
         updated_at: this.db.fn.now(),
-        lease_owner: null,
-        lease_until: null,
+        run_owner: null,
         poll_body: null,
         poll_rev: this.db.raw('poll_rev + 1'),
       })
-      .returning<Ended[]>(['id', 'owner_id', 'key_id', 'request_id']);
+      .returning<Ended[]>(['id', 'owner_id', 'key_id', 'request_id', 'job_id']);
+    await this.cancelJobs(rows.flatMap((w) => (w.job_id ? [w.job_id] : [])));
     for (const w of rows) {
       this.stopRun(w.id);
       const reservation = this.budget.reservation({ plane: 'batch', refId: w.id, keyId: w.key_id });

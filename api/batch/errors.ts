@@ -6,12 +6,15 @@ export class PermanentError extends Error {
   }
 }
 
-/** The run lost its lease (another process resumed the workflow); stop quietly. */
-export class LeaseLostError extends Error {
-  override name = 'LeaseLostError';
+/**
+ * The run lost its pg-boss job (pg-boss found its heartbeat stale and
+ * retried the job elsewhere, or the workflow was terminated): stop quietly.
+ */
+export class RunLostError extends Error {
+  override name = 'RunLostError';
 }
 
-/** The process is stopping; the run gives its lease back and another process resumes it. */
+/** The process is stopping; the run gives its workflow back and another process resumes it. */
 export class ShutdownError extends Error {
   override name = 'ShutdownError';
 }

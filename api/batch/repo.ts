@@ -19,11 +19,12 @@ export interface WorkflowRow {
   params: WorkflowParams;
   output: Record<string, unknown>;
   error: { name: string; message: string } | null;
-  lease_owner: string | null;
-  lease_until: Date | null;
+  /** The run holding the workflow (see `acquire`); null when none does. */
+  run_owner: string | null;
+  /** The pg-boss job of its latest run (or the one sent to run it). */
   job_id: string | null;
   runs: number;
-  /** Runs whose lease lapsed and was taken over (their process died or hung): see `acquire`. */
+  /** Runs taken over by another run (their process died or hung holding it): see `acquire`. */
   lapses: number;
   created_at: Date;
   updated_at: Date;
@@ -148,16 +149,22 @@ export class WorkflowRepo {
   }
 
   /**
-   * Takes (or renews) the run lease; returns the row when this process may
-   * run the workflow, `deferred` when its tenant already runs
-   * `maxPerTenant` workflows (live leases, any process): it waits its turn.
-   * Serialised per tenant (advisory lock), so processes racing for one
-   * tenant's jobs cannot overshoot the bound.
+   * Takes the workflow for a run (`runner`: that run's own id) and returns
+   * its row, or `deferred` when its tenant already runs `maxPerTenant`
+   * workflows (any process): it waits its turn. Serialised per tenant
+   * (advisory lock), so processes racing for one tenant's jobs cannot
+   * overshoot the bound.
+   *
+   * Whether the run may work is pg-boss's to say: it hands a workflow's job
+   * to one worker at a time (stately queue) and fails it, for a retry
+   * elsewhere, when that worker's heartbeat stops. So this takes the
+   * workflow over from any earlier run still named on it: that run neither
+   * finished nor gave it back, so its process died or hung (or lost its
+   * job), and `lapses` counts it.
    */
   async acquire(
     id: string,
-    owner: string,
-    leaseSeconds: number,
+    runner: string,
     jobId: string | null = null,
     maxPerTenant = Infinity,
   ): Promise<WorkflowRow | 'deferred' | undefined> {
@@ -195,8 +202,7 @@ export class WorkflowRepo {
             }),
             ended_at: tx.fn.now(),
             updated_at: tx.fn.now(),
-            lease_owner: null,
-            lease_until: null,
+            run_owner: null,
             poll_body: null,
             poll_rev: tx.raw('poll_rev + 1'),
           });
@@ -206,41 +212,40 @@ export class WorkflowRepo {
         `batch_tenant:${found.owner_id}`,
       ]);
       if (Number.isFinite(maxPerTenant)) {
+        // Held by a run (a dead run's workflow too, until pg-boss retries its job and that run takes it over).
         const [{ n }] = await tx('batch_workflows')
           .where({ owner_id: found.owner_id, status: 'running' })
-          .andWhere('lease_until', '>', tx.fn.now())
+          .whereNotNull('run_owner')
           .andWhereNot({ id })
           .count<{ n: string }[]>('* as n');
         if (Number(n) >= maxPerTenant) return 'deferred';
       }
       const res = await tx.raw<{ rows: WorkflowRow[] }>(
         `UPDATE batch_workflows
-           SET lease_owner = ?, lease_until = now() + make_interval(secs => ?), status = 'running', job_id = ?,
+           SET run_owner = ?, status = 'running', job_id = coalesce(?, job_id),
                started_at = coalesce(started_at, now()), runs = runs + 1, updated_at = now(),
-               lapses = lapses + CASE WHEN status = 'running' AND lease_owner IS NOT NULL AND lease_owner <> ?
-                                      AND lease_until < now() THEN 1 ELSE 0 END,
+               lapses = lapses + CASE WHEN status = 'running' AND run_owner IS NOT NULL AND run_owner <> ?
+                                      THEN 1 ELSE 0 END,
                ${STALE_POLL}
          WHERE id = ? AND status IN ('queued', 'running')
-           AND (lease_until IS NULL OR lease_until < now() OR lease_owner = ?)
          RETURNING *`,
-        [owner, leaseSeconds, jobId, owner, id, owner],
+        [runner, jobId, runner, id],
       );
       return res.rows[0];
     });
   }
 
-  /** False when the lease was lost (another process took over). */
-  async renew(id: string, owner: string, leaseSeconds: number): Promise<boolean> {
-    const n = await this.db('batch_workflows')
-      .where({ id, lease_owner: owner })
-      .whereIn('status', ['running'])
-      .update({ lease_until: this.db.raw('now() + make_interval(secs => ?)', [leaseSeconds]) });
-    return n > 0;
+  /** Whether the run still holds the workflow (it was not finished, terminated or taken over). */
+  async holds(id: string, runner: string): Promise<boolean> {
+    const row = await this.db('batch_workflows')
+      .where({ id, run_owner: runner, status: 'running' })
+      .first<{ id: string } | undefined>('id');
+    return row !== undefined;
   }
 
   /**
    * Keeps the id of the pg-boss job just sent for an unfinished workflow (`acquire` keeps the one
-   * that runs it): should its process die, that job is closed by id (BatchRuntime.closeDeadJobs).
+   * that runs it): cancelling the workflow cancels that job through pg-boss (BatchRuntime).
    */
   async noteJob(id: string, jobId: string): Promise<void> {
     await this.db('batch_workflows')
@@ -257,10 +262,9 @@ export class WorkflowRepo {
     return row?.job_id ?? null;
   }
 
-  async release(id: string, owner: string): Promise<void> {
-    await this.db('batch_workflows')
-      .where({ id, lease_owner: owner })
-      .update({ lease_owner: null, lease_until: null });
+  /** The run gives the workflow back (shutdown): the next run of it takes it over without counting a crash. */
+  async release(id: string, runner: string): Promise<void> {
+    await this.db('batch_workflows').where({ id, run_owner: runner }).update({ run_owner: null });
   }
 
   /** Merges step outputs into the workflow's output. */
@@ -281,14 +285,13 @@ export class WorkflowRepo {
     error?: { name: string; message: string },
   ): Promise<boolean> {
     const n = await this.db('batch_workflows')
-      .where({ id, lease_owner: owner, status: 'running' })
+      .where({ id, run_owner: owner, status: 'running' })
       .update({
         status,
         error: error ? JSON.stringify(error) : null,
         ended_at: this.db.fn.now(),
         updated_at: this.db.fn.now(),
-        lease_owner: null,
-        lease_until: null,
+        run_owner: null,
         ...this.stalePoll(),
       });
     return n > 0;
@@ -331,28 +334,49 @@ export class WorkflowRepo {
     );
   }
 
-  /** Workflows whose run died (lapsed lease) or whose queue job got lost. */
-  async stale(
-    queuedOlderThanSeconds: number,
-    limit = 100,
-  ): Promise<{ id: string; status: string; job_id: string | null }[]> {
+  /**
+   * Ends an unfinished workflow that pg-boss gave up on (its job failed
+   * every attempt and went to the dead-letter queue), whoever last ran it.
+   * False when it had already ended.
+   */
+  async abandon(id: string, error: { name: string; message: string }): Promise<boolean> {
+    const n = await this.db('batch_workflows')
+      .where({ id })
+      .whereIn('status', ['queued', 'running'])
+      .update({
+        status: 'errored',
+        error: JSON.stringify(error),
+        ended_at: this.db.fn.now(),
+        updated_at: this.db.fn.now(),
+        run_owner: null,
+        ...this.stalePoll(),
+      });
+    return n > 0;
+  }
+
+  /** Whether the unfinished workflows were queued in this pg-boss schema already (BatchRuntime.handOff). */
+  async handedOff(schema: string): Promise<boolean> {
+    return (await this.db('batch_pgboss_handoffs').where({ schema }).first()) !== undefined;
+  }
+
+  async recordHandOff(schema: string, workflows: number): Promise<void> {
+    await this.db('batch_pgboss_handoffs').insert({ schema, workflows }).onConflict('schema').ignore();
+  }
+
+  /** Whoever ran it last gives the workflow back (its queue job was not carried over): no crash is counted. */
+  async giveBack(id: string): Promise<void> {
+    await this.db('batch_workflows').where({ id }).update({ run_owner: null });
+  }
+
+  /** Unfinished workflows (queued or running) after `afterId`, by id: the ones a new pg-boss schema is handed. */
+  async unfinishedIds(afterId = '', limit = 1000): Promise<string[]> {
     const rows = await this.db('batch_workflows')
-      .where((q) => {
-        q.where('status', 'running').andWhere((w) => {
-          w.whereNull('lease_until').orWhere('lease_until', '<', this.db.fn.now());
-        });
-      })
-      .orWhere((q) => {
-        q.where('status', 'queued').andWhere(
-          'created_at',
-          '<',
-          this.db.raw('now() - make_interval(secs => ?)', [queuedOlderThanSeconds]),
-        );
-      })
-      .orderBy('created_at')
+      .whereIn('status', ['queued', 'running'])
+      .andWhere('id', '>', afterId)
+      .orderBy('id')
       .limit(limit)
-      .select('id', 'status', 'job_id');
-    return rows as { id: string; status: string; job_id: string | null }[];
+      .select<{ id: string }[]>('id');
+    return rows.map((r) => r.id);
   }
 
   /**

@@ -1,15 +1,16 @@
 /**
- * The batch plane of one API process: the pg-boss queues (workflow runs and
- * webhook deliveries), the workers that run them, the sweeper that re-queues
- * workflows whose process died, and the submission/poll/artifact operations
- * the routes call.
+ * The batch plane of one API process: the pg-boss queues (workflow runs,
+ * the workflows pg-boss gave up on, webhook deliveries), the workers that
+ * run them, the sweeper of what pg-boss does not know about (retention,
+ * lost webhook deliveries), and the submission/poll/artifact operations the
+ * routes call.
  *
  * Built by the API's composition root (api/deps.ts) and handed to the routes;
- * the server calls `start` at start-up and `stop` at shutdown. Submissions
- * made before start are picked up by the sweeper once it runs.
+ * the server calls `start` at start-up and `stop` at shutdown. A submission
+ * made before start starts the producer side (pg-boss and its queues) first.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import PgBoss from 'pg-boss';
+import { fromKnex, PgBoss } from 'pg-boss';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
@@ -18,7 +19,6 @@ import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from './net/index.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
-import { isDependencyUnavailable } from '../../shared/process/index.js';
 import type { UsageBudget } from '../../shared/usage/budget.js';
 import * as metrics from './metrics.js';
 import { PollReader } from './poll.js';
@@ -27,14 +27,20 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { FairShare } from '../../shared/fairShare.js';
-import { createQueues, DEFER_SECONDS, MAX_BACKLOG_RANK, WEBHOOK_QUEUE, WORKFLOW_QUEUE } from './queues.js';
+import {
+  createQueues,
+  MAX_BACKLOG_RANK,
+  WEBHOOK_QUEUE,
+  WORKFLOW_DEAD_QUEUE,
+  WORKFLOW_QUEUE,
+} from './queues.js';
 import { ByteBudget } from '../../shared/semaphore.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
-import { type RunnerHooks, WorkflowRunner } from './workflow.js';
+import { type RunJob, type RunnerHooks, WorkflowRunner } from './workflow.js';
 import { normalizeLanguage } from '../../shared/stt/language.js';
 
-export { WORKFLOW_QUEUE, WEBHOOK_QUEUE } from './queues.js';
+export { WORKFLOW_QUEUE, WORKFLOW_DEAD_QUEUE, WEBHOOK_QUEUE } from './queues.js';
 
 export interface BatchRuntimeDeps {
   config: Config;
@@ -65,12 +71,12 @@ export class BatchRuntime {
   readonly store: ArtifactStore;
   readonly outbound: OutboundClient;
   private boss: PgBoss | undefined;
+  /** pg-boss started and its queues made (the producer side, which submissions need). */
+  private producing: Promise<PgBoss> | undefined;
   private starting: Promise<void> | undefined;
   private sweeper: NodeJS.Timeout | undefined;
   private runner: WorkflowRunner | undefined;
   private deliverer: WebhookDeliverer | undefined;
-  /** Workflows paused by an outage, waiting to be queued again (workflow id -> timer). */
-  private readonly resuming = new Map<string, NodeJS.Timeout>();
   private readonly log: Logger;
 
   readonly retention: Retention;
@@ -89,6 +95,7 @@ export class BatchRuntime {
       d.store,
       d.budget,
       (id) => this.runner?.stopRun(id),
+      (jobIds) => this.cancelJobs(jobIds),
       d.logger.child({ component: 'batch' }),
     );
     this.polls = new PollReader(this.repo);
@@ -108,7 +115,20 @@ export class BatchRuntime {
     return this.starting;
   }
 
-  private async doStart(workers: boolean): Promise<void> {
+  /**
+   * pg-boss, its schema and this plane's queues, made once (under the
+   * migrations' lock) and shared by submissions and workers; then the
+   * unfinished workflows of a new pg-boss schema are queued in it (`handOff`).
+   */
+  private produce(): Promise<PgBoss> {
+    this.producing ??= this.startBoss().catch((err: unknown) => {
+      this.producing = undefined;
+      throw err;
+    });
+    return this.producing;
+  }
+
+  private async startBoss(): Promise<PgBoss> {
     const cfg = this.d.config;
     if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
     await this.store.init();
@@ -117,13 +137,61 @@ export class BatchRuntime {
       schema: cfg.batch.pgBossSchema,
       max: 4,
       schedule: false,
+      // Every process supervises: a dead process's jobs are failed (and retried) by a live one within
+      // about a third of a heartbeat of going stale.
       supervise: true,
+      superviseIntervalSeconds: cfg.batch.superviseSeconds,
+      monitorIntervalSeconds: cfg.batch.superviseSeconds,
     });
     boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
+    boss.on('warning', (warning) => this.log.warn({ warning }, 'pg-boss warning'));
     // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
     // empty database deadlock there, so they take turns under the migrations' advisory lock.
-    await withMigrationLock(this.d.db, () => createQueues(boss));
+    try {
+      await withMigrationLock(this.d.db, async () => {
+        await createQueues(boss, cfg.batch);
+        await this.handOff(boss);
+      });
+    } catch (err) {
+      await boss.stop({ graceful: false }).catch(() => {});
+      throw err;
+    }
     this.boss = boss;
+    return boss;
+  }
+
+  /**
+   * The first process to use a pg-boss schema queues in it every unfinished
+   * workflow (the previous pg-boss major's schema, `pgboss`, is not carried
+   * over: its jobs are left where they are). Each workflow is given back
+   * first, so its next run is not counted as a crash. Recorded in
+   * `batch_pgboss_handoffs` once done; a process that died part way is
+   * followed by one that queues the rest (a workflow that has a job here
+   * already is left alone).
+   */
+  private async handOff(boss: PgBoss): Promise<void> {
+    const schema = this.d.config.batch.pgBossSchema;
+    if (await this.repo.handedOff(schema)) return;
+    let count = 0;
+    for (let after = ''; ;) {
+      const ids = await this.repo.unfinishedIds(after);
+      if (!ids.length) break;
+      for (const id of ids) {
+        const jobs = await boss.findJobs(WORKFLOW_QUEUE, { key: id });
+        if (jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active')) continue;
+        await this.repo.giveBack(id);
+        await this.enqueue(id, 0, boss);
+        count++;
+      }
+      after = ids[ids.length - 1];
+    }
+    await this.repo.recordHandOff(schema, count);
+    if (count) this.log.info({ count, schema }, 'unfinished workflows queued in a new pg-boss schema');
+  }
+
+  private async doStart(workers: boolean): Promise<void> {
+    const cfg = this.d.config;
+    const boss = await this.produce();
     if (!workers) return;
 
     const secrets = await this.webhookSecrets();
@@ -144,8 +212,8 @@ export class BatchRuntime {
       logger: this.log,
       hooks: this.d.hooks,
       enqueueWebhook: (id) => this.sendWebhook({ workflowId: id, attempt: 1 }, 0),
-      deferRun: (id) => this.enqueue(id, DEFER_SECONDS),
-      onOutage: (id) => this.resumeAfterOutage(id),
+      requeue: (id, afterSeconds) => this.enqueue(id, afterSeconds),
+      jobHeld: (job) => this.jobHeld(job),
     });
     this.deliverer = new WebhookDeliverer({
       repo: this.repo,
@@ -158,32 +226,31 @@ export class BatchRuntime {
     });
     const runner = this.runner;
     const deliverer = this.deliverer;
-    for (let i = 0; i < cfg.batch.workflowsPerProcess; i++) {
-      await boss.work<{ workflowId: string }>(
-        WORKFLOW_QUEUE,
-        { batchSize: 1, pollingIntervalSeconds: 0.5 },
-        async ([job]) => {
-          try {
-            await runner.run(job.data.workflowId, job.id);
-          } catch (err) {
-            // The lease could not even be taken: the database is down. Queue it again when it is back
-            // (this job, still active if pg-boss cannot complete it now, is closed then).
-            if (!isDependencyUnavailable(err)) throw err;
-            this.resumeAfterOutage(job.data.workflowId, 500, job.id);
-          }
-        },
-      );
-    }
+    // One job per handler call; pg-boss heart-beats it while the handler runs and aborts job.signal
+    // when the job is no longer this worker's, which stops the run.
+    await boss.work<{ workflowId: string }>(
+      WORKFLOW_QUEUE,
+      { batchSize: 1, pollingIntervalSeconds: 0.5, localConcurrency: cfg.batch.workflowsPerProcess },
+      async ([job]) => {
+        await runner.run(job.data.workflowId, { id: job.id, retryCount: job.retryCount, signal: job.signal });
+      },
+    );
+    // A workflow whose job failed every attempt: errored (and its webhook sent), not left running.
+    await boss.work<{ workflowId: string }>(
+      WORKFLOW_DEAD_QUEUE,
+      { batchSize: 1, pollingIntervalSeconds: 2 },
+      async ([job]) => {
+        await runner.abandon(job.data.workflowId);
+      },
+    );
     // Several deliveries at once, each receiver at most its share of them (WebhookDeliverer.deliver).
-    for (let i = 0; i < cfg.batch.webhook.concurrency; i++) {
-      await boss.work<WebhookDeliveryJob>(
-        WEBHOOK_QUEUE,
-        { batchSize: 1, pollingIntervalSeconds: 0.5 },
-        async ([job]) => {
-          metrics.webhookAttempts.inc({ outcome: await deliverer.deliver(job.data) });
-        },
-      );
-    }
+    await boss.work<WebhookDeliveryJob>(
+      WEBHOOK_QUEUE,
+      { batchSize: 1, pollingIntervalSeconds: 0.5, localConcurrency: cfg.batch.webhook.concurrency },
+      async ([job]) => {
+        metrics.webhookAttempts.inc({ outcome: await deliverer.deliver(job.data) });
+      },
+    );
     const sweep = () => {
       this.sweep().catch((err) => this.log.warn({ err }, 'batch sweep failed'));
     };
@@ -192,78 +259,58 @@ export class BatchRuntime {
     this.sweeper.unref();
   }
 
-  /**
-   * Queues a workflow that an outage paused again as soon as the database
-   * answers (backoff 0.5 s doubling to 10 s): its dead queue job is closed
-   * and a new one sent, and the run resumes from its checkpoints. The
-   * sweeper would find it too, but only once its lease has lapsed.
-   */
-  private resumeAfterOutage(workflowId: string, delayMs = 500, jobId?: string): void {
-    if (!this.boss || this.resuming.has(workflowId)) return;
-    const timer = setTimeout(() => {
-      this.resuming.delete(workflowId);
-      void (async () => {
-        try {
-          await this.closeDeadJobs([jobId, await this.repo.jobId(workflowId)]);
-          await this.enqueue(workflowId);
-          this.log.info({ workflowId }, 'workflow paused by an outage queued again');
-        } catch (err) {
-          this.log.debug({ err, workflowId }, 'database still unavailable; workflow resumes later');
-          this.resumeAfterOutage(workflowId, Math.min(10_000, delayMs * 2), jobId);
-        }
-      })();
-    }, delayMs);
-    timer.unref();
-    this.resuming.set(workflowId, timer);
-  }
-
   async stop(): Promise<void> {
-    for (const t of this.resuming.values()) clearTimeout(t);
-    this.resuming.clear();
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = undefined;
+    // One being started is stopped once it is.
+    await this.starting?.catch(() => {});
+    await this.producing?.catch(() => {});
     const boss = this.boss;
+    // No new runs here; the ones in progress give their workflows back (queued again for another
+    // process) and their handlers return before pg-boss stops.
+    const fetching = boss?.offWork(WORKFLOW_QUEUE, { wait: true }).catch(() => {});
     await this.runner?.shutdown();
+    await fetching;
     this.boss = undefined;
+    this.producing = undefined;
     this.starting = undefined;
     if (boss)
       await boss
-        .stop({ graceful: true, timeout: 5000, wait: true })
+        .stop({ graceful: true, timeout: 5000 })
         .catch((err) => this.log.warn({ err }, 'pg-boss stop'));
     await this.store.close();
   }
 
-  /** Re-queues workflows whose run died (lapsed lease) or whose queue job was lost. */
+  /**
+   * What pg-boss cannot know about: finished workflows past retention, and
+   * webhook deliveries that are due but were never queued or rescheduled
+   * (their process died between the two). How many deliveries it queued.
+   */
   async sweep(): Promise<number> {
-    const stale = await this.repo.stale(Math.max(30, this.d.config.batch.leaseSeconds));
-    for (const w of stale) {
-      await this.closeDeadJobs([w.job_id]);
-      await this.enqueue(w.id);
-    }
-    if (stale.length) this.log.info({ count: stale.length }, 'stale workflows re-queued');
     await this.retention.expire();
-    if (this.boss) {
-      const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
-      for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
-      if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
-    }
-    return stale.length;
+    if (!this.boss) return 0;
+    const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
+    for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
+    if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
+    return lost.length;
   }
 
-  /**
-   * A dead run's job stays `active` in pg-boss until it expires and, under
-   * the stately policy, keeps a new job for the same workflow from starting:
-   * complete it (it is dead: the workflow's lease lapsed or was never taken).
-   * The workflow row keeps the id of its job (sent by `enqueue`, or running
-   * it: `acquire`), so this goes through pg-boss's API by id; completing
-   * touches only an `active` job, so a finished or a queued one is left be.
-   */
-  private async closeDeadJobs(jobIds: readonly (string | null | undefined)[]): Promise<void> {
-    const ids = [...new Set(jobIds.filter((id): id is string => Boolean(id)))];
-    if (!this.boss || !ids.length) return;
+  /** Whether the run's job is still this worker's: a heartbeat of it (fenced to its attempt) says. */
+  private async jobHeld(job: RunJob): Promise<boolean> {
+    if (!this.boss) return false;
+    const res = (await this.boss.touch(WORKFLOW_QUEUE, [{ id: job.id, retryCount: job.retryCount }])) as {
+      affected?: number;
+      settled?: string[];
+    };
+    return res.settled ? res.settled.includes(job.id) : (res.affected ?? 0) > 0;
+  }
+
+  /** Terminated workflows' jobs: a queued one never starts, a running one's heartbeat stops its run. */
+  private async cancelJobs(jobIds: string[]): Promise<void> {
+    if (!this.boss || !jobIds.length) return;
     await this.boss
-      .complete(WORKFLOW_QUEUE, ids)
-      .catch((err) => this.log.warn({ err }, 'could not close dead job'));
+      .cancel(WORKFLOW_QUEUE, jobIds)
+      .catch((err) => this.log.warn({ err }, 'could not cancel the jobs of terminated workflows'));
   }
 
   /**
@@ -272,28 +319,42 @@ export class BatchRuntime {
    * number of its tenant's unfinished workflows submitted before it, so
    * every tenant's first job comes before any tenant's second, whatever the
    * backlog (issue 41: behind 300 jobs of one tenant, another's started
-   * 134 s after submission).
+   * 134 s after submission). `db`: a transaction to send it in.
    */
-  private async enqueue(workflowId: string, afterSeconds = 0): Promise<void> {
-    if (!this.boss) return; // the sweeper of a started process picks it up
-    const ahead = await this.repo.tenantBacklogAhead(workflowId);
-    const jobId = await this.boss.send(
+  private async enqueue(
+    workflowId: string,
+    afterSeconds = 0,
+    boss?: PgBoss,
+    db: Knex = this.d.db,
+  ): Promise<void> {
+    const b = boss ?? (await this.produce());
+    const ahead = await new WorkflowRepo(db).tenantBacklogAhead(workflowId);
+    const jobId = await b.send(
       WORKFLOW_QUEUE,
       { workflowId },
       {
         singletonKey: workflowId,
         priority: -Math.min(ahead, MAX_BACKLOG_RANK),
         ...(afterSeconds > 0 ? { startAfter: afterSeconds } : {}),
+        ...(db !== this.d.db ? { db: fromKnex(db) } : {}),
       },
     );
     // null: a job of this workflow is queued already (stately), and its id is kept from its own send.
-    if (jobId) await this.repo.noteJob(workflowId, jobId);
+    if (jobId) await new WorkflowRepo(db).noteJob(workflowId, jobId);
   }
 
   /** Jobs of the workflow queue not yet finished (queued, retrying or running), from pg-boss's API. */
   async workflowJobsPending(): Promise<number> {
-    if (!this.boss) throw new Error('batch runtime not started');
-    return this.boss.getQueueSize(WORKFLOW_QUEUE, { before: 'completed' });
+    const boss = this.boss;
+    if (!boss) throw new Error('batch runtime not started');
+    // Counted from the jobs themselves: pg-boss's queue counts are a cache refreshed by its monitor.
+    let pending = 0;
+    for (let after: string | undefined; ;) {
+      const page = await boss.findJobs(WORKFLOW_QUEUE, { limit: 10_000, ...(after ? { after } : {}) });
+      pending += page.filter((j) => ['created', 'retry', 'active'].includes(j.state)).length;
+      if (page.length < 10_000) return pending;
+      after = page[page.length - 1].id;
+    }
   }
 
   private async sendWebhook(job: WebhookDeliveryJob, delaySeconds: number): Promise<void> {
@@ -350,17 +411,20 @@ export class BatchRuntime {
       !(await this.repo.activeFor(principal.ownerId, requestId))
     )
       throw new TooManyJobsError(cap);
-    const { id, created } = await this.repo.createOrGetActive({
-      id: newWorkflowId(),
-      request_id: requestId,
-      owner_id: principal.ownerId,
-      key_id: principal.keyId,
-      params,
+    // The workflow and its pg-boss job are written in one transaction: neither exists without the other.
+    const boss = await this.produce();
+    const { id, created } = await this.d.db.transaction(async (trx) => {
+      const made = await new WorkflowRepo(trx).createOrGetActive({
+        id: newWorkflowId(),
+        request_id: requestId,
+        owner_id: principal.ownerId,
+        key_id: principal.keyId,
+        params,
+      });
+      if (made.created) await this.enqueue(made.id, 0, boss, trx);
+      return made;
     });
-    if (created) {
-      metrics.submitted.inc();
-      await this.enqueue(id);
-    }
+    if (created) metrics.submitted.inc();
     return {
       request_id: requestId,
       workflow_id: id,

@@ -100,9 +100,15 @@ export interface BatchConfig {
   utteranceJoinSeconds: number;
   /** Spectral shapes closer than this (dB RMS) are the same voice and channel (shared/audio/channel.ts). */
   utteranceSameChannelDb: number;
-  /** A running workflow holds a lease it renews; a crashed run is resumed after it lapses. */
-  leaseSeconds: number;
-  /** How often stale workflows (crashed runs, lost queue jobs) are looked for. */
+  /**
+   * pg-boss heartbeat of a run's job (queue `heartbeatSeconds`, at least
+   * 10): a job whose worker stopped heart-beating this long is failed and
+   * retried by pg-boss, so a dead process's workflow resumes elsewhere.
+   */
+  heartbeatSeconds: number;
+  /** How often pg-boss's supervisor of this process looks for such jobs (monitor and supervise interval). */
+  superviseSeconds: number;
+  /** How often finished workflows past retention and lost webhook deliveries are looked for. */
   sweepIntervalMs: number;
   /**
    * Engine calls the batch workers of one process keep in flight at most
@@ -157,8 +163,16 @@ export interface BatchConfig {
 const REVIEW_STAGES = new Set(['annotate', 'correct']);
 
 // Internal tuning of the batch plane (not environment variables; docs/decisions.md, "Configuration surface").
-/** Postgres schema of pg-boss. */
-export const PGBOSS_SCHEMA = 'pgboss';
+/**
+ * Postgres schema of pg-boss: its own for each major version, so that a new
+ * major never migrates an existing schema in place by surprise (pg-boss 10
+ * used `pgboss`; docs/decisions/batch.md, "pg-boss 12").
+ */
+export const PGBOSS_SCHEMA = 'pgboss_v12';
+/** pg-boss refuses a heartbeat under 10 s. */
+const MIN_HEARTBEAT_SECONDS = 10;
+/** How often retention and lost webhook deliveries are looked for. */
+const SWEEP_INTERVAL_MS = 10_000;
 /** Shortest accepted segment_seconds (tiny slices only waste engine calls); smaller ones are raised to it. */
 export const MIN_SEGMENT_SECONDS = 2;
 /** 64 MiB of 16 kHz PCM16 is about 35 minutes of audio: a few chunks of the default 300 s each. */
@@ -212,7 +226,7 @@ export function batchConfig(env: Env): BatchConfig {
     if (!REVIEW_STAGES.has(s))
       throw new ConfigError(`REVIEW_STAGES entries must be annotate or correct, got "${s}"`);
   let prefix = str(env, 'ARTIFACT_PREFIX', '');
-  const leaseSeconds = num(env, 'BATCH_LEASE_SECONDS', 30, 1);
+  const heartbeatSeconds = int(env, 'BATCH_HEARTBEAT_SECONDS', 30, MIN_HEARTBEAT_SECONDS);
   if (prefix && !prefix.endsWith('/')) prefix += '/';
   return {
     workersEnabled: bool(env, 'BATCH_WORKERS', true),
@@ -227,9 +241,10 @@ export function batchConfig(env: Env): BatchConfig {
     utteranceMinSeconds: UTTERANCE_MIN_SECONDS,
     utteranceJoinSeconds: UTTERANCE_JOIN_SECONDS,
     utteranceSameChannelDb: UTTERANCE_SAME_CHANNEL_DB,
-    leaseSeconds,
-    // Three looks per lease: a crashed run resumes within about 1.3 leases.
-    sweepIntervalMs: Math.max(100, Math.min(10_000, Math.floor((leaseSeconds * 1000) / 3))),
+    heartbeatSeconds,
+    // Three looks per heartbeat: a dead run is failed (and retried) within about 1.3 heartbeats.
+    superviseSeconds: Math.max(1, Math.min(10, Math.floor(heartbeatSeconds / 3))),
+    sweepIntervalMs: SWEEP_INTERVAL_MS,
     engineSlots: int(env, 'BATCH_ENGINE_SLOTS', 0, 0),
     chunkAttempts: CHUNK_ATTEMPTS,
     engineTimeoutBaseMs: int(env, 'BATCH_STT_ATTEMPT_TIMEOUT_BASE_MS', 30_000, 1),

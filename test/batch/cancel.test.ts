@@ -11,6 +11,7 @@ import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
 import { ADMIN_TOKEN } from '../helpers/app.js';
+import { BatchRuntime } from '../../api/batch/runtime.js';
 import { tenantStore } from '../../api/batch/storage/index.js';
 import {
   buildRecording,
@@ -31,6 +32,7 @@ describe('batch: cancelling jobs', function () {
   let files: FileServer;
   let slow: http.Server;
   let slowUrl: string;
+  let elsewhere: BatchRuntime | undefined;
   const sockets = new Set<net.Socket>();
   const dir = tmpDir('batch-cancel-');
 
@@ -55,6 +57,7 @@ describe('batch: cancelling jobs', function () {
     await t.runtime.start({ workers: false });
   });
   after(async () => {
+    await elsewhere?.stop();
     await t?.close();
     await files?.close();
     for (const s of sockets) s.destroy();
@@ -184,5 +187,27 @@ describe('batch: cancelling jobs', function () {
     const total = await billed(k.id);
     const duration = (await row(again)).output.probe.duration_seconds as number;
     expect(total).to.be.closeTo(duration, 0.05);
+  });
+
+  it('a job running in another process stops at the next heartbeat of its cancelled pg-boss job', async () => {
+    // This app answers the DELETE; the run is another runtime's, which only pg-boss tells.
+    await t.runtime.stop();
+    await t.runtime.start({ workers: false });
+    elsewhere = new BatchRuntime({ ...t.deps, store: t.runtime.store, outbound: t.runtime.outbound });
+    await elsewhere.start({ workers: true });
+    const k = await issueKey(t, { ownerId: 'tenant-cancel-elsewhere', plan: 'pro' });
+    const id = await submit(k.key, { audio_url: slowUrl });
+    await waitFor(async () => sockets.size > 0 && (await row(id)).status === 'running', 30_000, 100);
+    const at = Date.now();
+    const r = await request(t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${k.key}`);
+    expect(r.status).to.equal(200);
+    // The run drops its download once its heartbeat finds the job cancelled (every half heartbeat).
+    await waitFor(async () => sockets.size === 0, 30_000, 100);
+    const stoppedAfter = (Date.now() - at) / 1000;
+    expect(stoppedAfter, 'seconds until the run stopped').to.be.below(
+      t.config.batch.heartbeatSeconds / 2 + 3,
+    );
+    expect((await row(id)).status).to.equal('terminated');
+    expect((await row(id)).error.name).to.equal('cancelled');
   });
 });

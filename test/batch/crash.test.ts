@@ -1,20 +1,23 @@
 /**
  * Resumability under a hard crash: a real worker process is SIGKILLed in the
- * middle of a job; after a new worker process starts, the job completes and
- * no chunk that had been checkpointed is sent to the engine again.
+ * middle of a job; pg-boss finds its job's heartbeat stale and retries it,
+ * a new worker process takes it, the job completes and no chunk that had
+ * been checkpointed is sent to the engine again. And a worker that died
+ * right after fetching a job: pg-boss retries that job for a live worker.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import PgBoss from 'pg-boss';
+import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { tenantStore } from '../../api/batch/storage/index.js';
-import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
+import { BatchRuntime, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   randomId,
   startWorkerProcess,
   startFileServer,
@@ -58,8 +61,8 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
       DATA_DIR: t.dataDir,
       WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
       OUTBOUND_ALLOW: '127.0.0.1',
-      // Lapsed leases are looked for every 0.67 s.
-      BATCH_LEASE_SECONDS: '2',
+      // pg-boss's shortest heartbeat (stale jobs are looked for every 3 s).
+      BATCH_HEARTBEAT_SECONDS: '10',
       STT_THREADS: '1',
       LOG_LEVEL: 'warn',
     };
@@ -85,6 +88,7 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
       60_000,
       50,
     );
+    const killedJob = (await t.deps.db('batch_workflows').where({ id }).first()).job_id as string;
     child.kill('SIGKILL');
     await new Promise((r) => child!.once('exit', r));
     const checkpointed = (await store.list(prefix))
@@ -109,6 +113,10 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     );
     child.kill('SIGTERM');
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
+    // The same pg-boss job, retried after its heartbeat went stale; its first run counted as a crash.
+    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    expect(row.job_id).to.equal(killedJob);
+    expect(row.lapses).to.equal(1);
 
     const chunkCount = done.body.output.slice.slices.length as number;
     expect(chunkCount).to.be.at.least(5);
@@ -135,55 +143,79 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
   });
 });
 
-describe('batch: a job whose worker died before taking the lease (pg-boss stately queue)', function () {
-  this.timeout(60_000);
+describe('batch: a job whose worker died before taking the workflow (pg-boss heartbeat)', function () {
+  this.timeout(90_000);
   let t: BatchTestApp;
+  let files: FileServer;
   let boss: PgBoss | undefined;
+  let worker: BatchRuntime | undefined;
+  const dir = tmpDir('batch-dead-job-');
 
   before(async () => {
-    // Submissions and the sweeper only; the dead worker is a pg-boss client of this test.
+    buildRecording(path.join(dir, 'clip.wav'), ['jfk.wav'], 0.5);
+    files = await startFileServer(dir);
+    // Submissions and pg-boss's supervisor only; the dead worker is a pg-boss client of this test.
     t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
     await t.runtime.start({ workers: false });
   });
   after(async () => {
-    await boss?.stop({ graceful: false, wait: true }).catch(() => {});
+    await worker?.stop();
+    await boss?.stop({ graceful: false }).catch(() => {});
     await t?.close();
+    await files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  it('the sweeper closes that job through pg-boss by its id, so a new job for the workflow starts', async () => {
+  it('pg-boss fails the silent job and retries it, and a live worker runs the workflow from it', async () => {
     const key = (await issueKey(t, { ownerId: 'tenant-dead-job', plan: 'pro' })).key;
     const sub = await request(t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: 'http://127.0.0.1:9/never-fetched.wav', request_id: randomId('dead-job') });
+      .send({ audio_url: `${files.url}/clip.wav`, request_id: randomId('dead-job') });
     expect(sub.status).to.equal(202);
     const id = sub.body.workflow_id as string;
     const sent = await t.runtime.repo.jobId(id);
     expect(sent, 'the sent job is kept on the workflow').to.match(/^[0-9a-f-]{36}$/);
 
-    // A worker fetches the job (it turns active) and dies before it takes the workflow's lease.
-    boss = new PgBoss({ connectionString: t.db.url, schema: t.config.batch.pgBossSchema, supervise: false });
-    boss.on('error', () => {});
-    await boss.start();
+    // A worker fetches the job (it turns active) and dies before it takes the workflow: no heartbeat follows.
+    boss = await pgBossClient(t);
     const [dead] = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
+    const fetchedAt = Date.now();
     expect(dead.id).to.equal(sent);
     expect(dead.data.workflowId).to.equal(id);
-    expect(await t.runtime.sweep(), 'not stale yet').to.equal(0);
+    expect(dead.heartbeatSeconds).to.equal(t.config.batch.heartbeatSeconds);
+    const job = async () => (await boss!.findJobs(WORKFLOW_QUEUE, { id: dead.id }))[0];
 
-    // Long queued, so the sweeper takes it for lost.
-    await t.deps
-      .db('batch_workflows')
-      .where({ id })
-      .update({ created_at: t.deps.db.raw("now() - interval '1 hour'") });
-    expect(await t.runtime.sweep()).to.equal(1);
-    expect((await boss.getJobById(WORKFLOW_QUEUE, dead.id))?.state).to.equal('completed');
-    const next = await t.runtime.repo.jobId(id);
-    expect(next).to.be.a('string').and.not.equal(dead.id);
-    // A second sweep leaves the queued job alone (completing touches active jobs only) and sends none.
-    expect(await t.runtime.sweep()).to.equal(1);
-    expect(await t.runtime.repo.jobId(id)).to.equal(next);
-    expect((await boss.getJobById(WORKFLOW_QUEUE, next!))?.state).to.equal('created');
-    const started = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
-    expect(started.map((j) => [j.id, j.data.workflowId])).to.deep.equal([[next, id]]);
+    // Stately: no second job of the workflow starts beside the active one.
+    expect(await boss.fetch(WORKFLOW_QUEUE)).to.deep.equal([]);
+    // The supervisor (this test's app) fails it once its heartbeat is stale, for a retry.
+    const retried = await waitFor(async () => {
+      const j = await job();
+      return j.state === 'retry' ? j : undefined;
+    }, 40_000);
+    const staleAfter = (Date.now() - fetchedAt) / 1000;
+    const { heartbeatSeconds, superviseSeconds } = t.config.batch;
+    expect(staleAfter, 'seconds until pg-boss gave the job up').to.be.within(
+      heartbeatSeconds,
+      heartbeatSeconds + superviseSeconds + 5,
+    );
+    expect(retried.output).to.deep.include({ value: { message: 'job heartbeat timeout' } });
+    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    expect(row.status, 'the dead worker never took it').to.equal('queued');
+
+    // A live worker takes the retry and runs the workflow to its end.
+    worker = new BatchRuntime({ ...t.deps, store: t.runtime.store, outbound: t.runtime.outbound });
+    await worker.start({ workers: true });
+    const done = await waitFor(async () => {
+      const r = await t.deps.db('batch_workflows').where({ id }).first();
+      return r.status === 'complete' || r.status === 'errored' ? r : undefined;
+    }, 60_000);
+    expect(done.status, JSON.stringify(done.error)).to.equal('complete');
+    expect(done.job_id, 'run from the same job').to.equal(dead.id);
+    expect(done.runs).to.equal(1);
+    expect(done.lapses).to.equal(0);
+    const finished = await job();
+    expect(finished.state).to.equal('completed');
+    expect(finished.retryCount).to.equal(1);
   });
 });

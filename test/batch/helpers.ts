@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
+import { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import type { BatchRuntime } from '../../api/batch/runtime.js';
 import type { RunnerHooks } from '../../api/batch/workflow.js';
@@ -125,7 +126,8 @@ export interface BatchTestApp extends TestApp {
 
 export const BATCH_TEST_ENV = {
   OUTBOUND_ALLOW: '127.0.0.1',
-  BATCH_LEASE_SECONDS: '3',
+  // pg-boss's shortest heartbeat: a dead worker's job is retried within about 13 s.
+  BATCH_HEARTBEAT_SECONDS: '10',
   STT_THREADS: '2',
   // Correctness here, speed in benchmarks: a loaded CI machine must not time decodes out.
   STT_BUILTIN_TIMEOUT_BASE_MS: '60000',
@@ -135,7 +137,7 @@ export const BATCH_TEST_ENV = {
   POLL_REQUESTS_PER_MINUTE: '0',
 };
 
-/** Internal tuning of the batch tests: lapsed leases are looked for twice a second. */
+/** Internal tuning of the batch tests: retention and lost webhook deliveries are looked for twice a second. */
 export const BATCH_TEST_OVERRIDES = { batch: { sweepIntervalMs: 500 } } satisfies ConfigOverrides;
 
 /** The full app (batch routes included); `start` also runs the pg-boss workers in this process. */
@@ -165,6 +167,20 @@ export async function createBatchTestApp(
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * A pg-boss client of the app's schema that does no maintenance: what a test
+ * reads the batch plane's jobs through (pg-boss's API), or a worker it lets die.
+ */
+export async function pgBossClient(t: BatchTestApp): Promise<PgBoss> {
+  const boss = new PgBoss({
+    connectionString: t.db.url,
+    schema: t.config.batch.pgBossSchema,
+    supervise: false,
+  });
+  boss.on('error', () => {});
+  return boss.start();
 }
 
 export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('batch-test-secret-0123456789abcdef').toString('base64')}`;
@@ -212,7 +228,7 @@ export async function pollJob(
 }
 
 /**
- * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers, sweeper, real engine) with
+ * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers and supervisor, real engine) with
  * this environment; engine calls are appended to `callLog`. Resolves once it is ready.
  */
 export function startWorkerProcess(env: Record<string, string>, callLog: string): Promise<ChildProcess> {

@@ -36,7 +36,7 @@ describe('batch: polls', function () {
   it('lists steps in run order however many chunks a job has (chunk 900 and on stay before aggregate)', async () => {
     const id = await submit(keyA);
     const repo = t.runtime.repo;
-    expect(await repo.acquire(id, 'test-runner', 30)).to.not.equal(undefined);
+    expect(await repo.acquire(id, 'test-runner')).to.not.equal(undefined);
     // A 30-minute recording at the minimum segment_seconds (2) has 900 chunks; 2 hours, 3600.
     const chunks = [0, 1, 899, 900, 901, 1100, 3599];
     for (const step of [
@@ -62,7 +62,7 @@ describe('batch: polls', function () {
     const id = await submit(keyA);
     const repo = t.runtime.repo;
     const owner = 'test-runner';
-    expect(await repo.acquire(id, owner, 30)).to.not.equal(undefined);
+    expect(await repo.acquire(id, owner)).to.not.equal(undefined);
     expect((await poll(keyA, id)).body).to.deep.include({ status: 'running', steps: [] });
 
     // Chunks written from many connections at once: the last render must see them all.
@@ -151,7 +151,7 @@ describe('batch: polls', function () {
 
     // A change clears the kept body; a body presented from a read before that change is not kept.
     const [before] = await repo.pollRows([id], ['tenant-a']);
-    await repo.acquire(id, 'test-runner', 30);
+    await repo.acquire(id, 'test-runner');
     expect((await kept()).poll_body).to.equal(null);
     await repo.stepStart(id, STEPS.probe);
     await repo.keepPollBodies([{ id, rev: before!.rev, body: '{"stale":true}' }]);
@@ -163,7 +163,7 @@ describe('batch: polls', function () {
 
   it('an errored workflow shows error {name, message} and no output', async () => {
     const id = await submit(keyA);
-    await t.runtime.repo.acquire(id, 'test-runner', 30);
+    await t.runtime.repo.acquire(id, 'test-runner');
     await t.runtime.repo.finish(id, 'test-runner', 'errored', {
       name: 'AudioFetchError',
       message: 'HTTP 404',

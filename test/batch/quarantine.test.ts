@@ -3,18 +3,23 @@
  * batch request blocked the event loop of the API that ran it, and when its
  * lease lapsed the next API took it over and died too, again after every
  * restart. Real worker processes here hang on a poisoned workflow (the
- * fixture's busy loop); after two of them, the third errors the workflow
- * with `workflow_quarantined` and goes on serving other jobs.
+ * fixture's busy loop): pg-boss sees the job's heartbeat stop while the
+ * process is still there and retries it elsewhere. After two of them, the
+ * third errors the workflow with `workflow_quarantined` and goes on
+ * serving other jobs.
  */
 import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
+import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
+import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   randomId,
   startWorkerProcess,
   startFileServer,
@@ -28,6 +33,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
   this.timeout(180_000);
   let t: BatchTestApp;
   let files: FileServer;
+  let boss: PgBoss | undefined;
   const children: ChildProcess[] = [];
   const dir = tmpDir('batch-quarantine-');
 
@@ -36,8 +42,11 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
     files = await startFileServer(dir);
     t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
     await t.runtime.start({ workers: false });
+    // Reads the workflow's job through pg-boss's API.
+    boss = await pgBossClient(t);
   });
   after(async () => {
+    await boss?.stop({ graceful: false }).catch(() => {});
     for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
     await t?.close();
     await files?.close();
@@ -58,7 +67,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
       DATA_DIR: t.dataDir,
       WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
       OUTBOUND_ALLOW: '127.0.0.1',
-      BATCH_LEASE_SECONDS: '2',
+      BATCH_HEARTBEAT_SECONDS: '10',
       STT_THREADS: '1',
       LOG_LEVEL: 'warn',
     };
@@ -74,19 +83,23 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
     const poisoned = await submit(randomId('poison'));
     fs.writeFileSync(`${callLog}.poison`, poisoned);
 
-    // Two workers in turn take the workflow and hang on it (their leases lapse); each is then killed.
+    // Two workers in turn take the workflow and hang on it: pg-boss fails the job for a retry while the
+    // hung process is still there (its heartbeat stopped); each is then killed.
     for (let crash = 1; crash <= 2; crash++) {
       const w = await startWorkerProcess(env, callLog);
       children.push(w);
+      await waitFor(async () => (await row(poisoned)).runs === crash, 60_000, 100);
+      expect((await row(poisoned)).lapses).to.equal(crash - 1);
+      const jobId = (await row(poisoned)).job_id as string;
       await waitFor(
         async () => {
-          const r = await row(poisoned);
-          return r.runs === crash && r.lease_until && new Date(r.lease_until).getTime() < Date.now();
+          const [job] = await boss!.findJobs(WORKFLOW_QUEUE, { id: jobId });
+          return job.state === 'retry' && job.retryCount === crash - 1;
         },
         60_000,
-        100,
+        200,
       );
-      expect((await row(poisoned)).lapses).to.equal(crash - 1);
+      expect(w.exitCode, 'hung, not dead').to.equal(null);
       await kill(w);
     }
 

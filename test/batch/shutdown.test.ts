@@ -1,7 +1,8 @@
 /**
- * Graceful stop: a worker that shuts down mid-job gives its lease back at
- * once; another worker resumes from the checkpoints without waiting for the
- * lease to lapse and without transcribing a checkpointed chunk again.
+ * Graceful stop: a worker that shuts down mid-job gives its workflow back
+ * and queues it with a new pg-boss job at once; another worker resumes from
+ * the checkpoints without waiting for pg-boss to find the old job's
+ * heartbeat stale, and without transcribing a checkpointed chunk again.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -39,8 +40,8 @@ describe('batch: graceful worker shutdown mid-job', function () {
       0.8,
     );
     files = await startFileServer(dir);
-    // Long lease: resumption must come from the released lease, not from expiry.
-    t = await createBatchTestApp({ BATCH_LEASE_SECONDS: '60', STT_THREADS: '1' }, { start: true });
+    // Long heartbeat: resumption must come from the job queued at stop, not from a stale heartbeat.
+    t = await createBatchTestApp({ BATCH_HEARTBEAT_SECONDS: '600', STT_THREADS: '1' }, { start: true });
   });
   after(async () => {
     await second?.stop();
@@ -49,7 +50,7 @@ describe('batch: graceful worker shutdown mid-job', function () {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  it('releases the lease on stop and another worker finishes the job', async () => {
+  it('gives the workflow back on stop and another worker finishes the job', async () => {
     const key = (await issueKey(t, { ownerId: 'tenant-stop', plan: 'pro' })).key;
     const requestId = randomId('stop');
     const sub = await request(t.server)
@@ -59,11 +60,13 @@ describe('batch: graceful worker shutdown mid-job', function () {
     const id = sub.body.workflow_id as string;
     const store = tenantStore(t.runtime.store, 'tenant-stop');
     await waitFor(async () => (await store.list(`transcription/${requestId}/`)).length >= 1, 60_000, 50);
+    const runJob = (await t.deps.db('batch_workflows').where({ id }).first()).job_id as string;
     await t.runtime.stop();
     const checkpointed = (await store.list(`transcription/${requestId}/`)).length;
     const row = await t.deps.db('batch_workflows').where({ id }).first();
     expect(row.status).to.equal('running');
-    expect(row.lease_owner).to.equal(null);
+    expect(row.run_owner, 'given back').to.equal(null);
+    expect(row.job_id, 'queued again with a new job').to.be.a('string').and.not.equal(runJob);
 
     const calls: number[] = [];
     second = new BatchRuntime({
@@ -81,6 +84,9 @@ describe('batch: graceful worker shutdown mid-job', function () {
       60_000,
       200,
     );
+    const resumed = await t.deps.db('batch_workflows').where({ id }).first();
+    expect(resumed.job_id, 'the new job ran it').to.equal(row.job_id);
+    expect(resumed.lapses, 'a shutdown is not a crash').to.equal(0);
     const total = done.body.output.report.chunk_count as number;
     expect(done.body.output.report.chunks_reused).to.be.at.least(checkpointed);
     expect(calls.length).to.equal(total - done.body.output.report.chunks_reused);

@@ -60,8 +60,8 @@ const SHORT_CLIP = 'librivox-austen-0880.wav';
 /** What the test changes in every instance's environment (timings that make it fast). */
 const TEST_ENV: Record<string, string> = {
   OUTBOUND_ALLOW: '127.0.0.1',
-  // Lapsed batch leases are looked for every 0.67 s.
-  BATCH_LEASE_SECONDS: '2',
+  // pg-boss's shortest heartbeat of a batch run's job (stale ones are looked for every 3 s).
+  BATCH_HEARTBEAT_SECONDS: '10',
   // Connection leases renewed, and usage checkpointed, every third of it.
   REALTIME_LEASE_TTL_MS: String(LEASE_TTL_MS),
   WEBHOOK_BASE_DELAY_SECONDS: '1',
@@ -466,7 +466,7 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     const db = createDb(d.db.url, { poolMax: 1 });
     try {
       const row = await db('batch_workflows').where({ id }).first();
-      const pid = Number(String(row.lease_owner).split('-')[0]);
+      const pid = Number(String(row.run_owner).split('-')[0]);
       const runner = [...c.processes.values()].find((p) => p.child.pid === pid)!.name;
       expect(runner).to.match(/^api[12]$/);
       return { key, id, runner };
@@ -493,13 +493,13 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
     proc(runner).child.kill('SIGTERM');
     expect(await proc(runner).exited, `${runner} exit code`).to.equal(0);
     const exitMs = Date.now() - t0;
-    // Handed back, not left to a lease running out: the other instance holds it within seconds.
+    // Handed back, not left to pg-boss finding its heartbeat stale: the other instance holds it within seconds.
     const db = createDb(d.db.url, { poolMax: 1 });
     try {
       const other = runner === 'api1' ? 'api2' : 'api1';
       const row = await eventually(
         () => db('batch_workflows').where({ id }).first(),
-        (r) => Number(String(r.lease_owner ?? '').split('-')[0]) === proc(other).child.pid,
+        (r) => Number(String(r.run_owner ?? '').split('-')[0]) === proc(other).child.pid,
         10_000,
       );
       expect(row.status).to.equal('running');
@@ -696,7 +696,9 @@ describe('deployment: 5 API instances starting together on an empty database', f
     const db = await createTestDatabase('stt_deploy_first');
     // An empty database: drop what the helper migrated.
     const admin = createDb(db.url, { poolMax: 1 });
-    await admin.raw('DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE');
+    await admin.raw(
+      'DROP SCHEMA public CASCADE; CREATE SCHEMA public; DROP SCHEMA IF EXISTS pgboss CASCADE; DROP SCHEMA IF EXISTS pgboss_v12 CASCADE',
+    );
     await admin.destroy();
     const dataDir = fs.mkdtempSync(path.join(tmpRoot(), 'first-start-'));
     const children = await Promise.all(

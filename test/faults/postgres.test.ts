@@ -51,8 +51,8 @@ describe('faults: Postgres stopped and restarted under load', function () {
       DATABASE_URL: pg.url,
       DATA_DIR: dataDir,
       OUTBOUND_ALLOW: '127.0.0.1',
-      // Lapsed leases are looked for every second.
-      BATCH_LEASE_SECONDS: '3',
+      // pg-boss's shortest heartbeat (stale jobs are looked for every 3 s).
+      BATCH_HEARTBEAT_SECONDS: '10',
       POLL_REQUESTS_PER_MINUTE: '0',
       PLANS_JSON: UNLIMITED_PLANS,
     });
@@ -101,6 +101,10 @@ describe('faults: Postgres stopped and restarted under load', function () {
       180_000,
       100,
     );
+    const [{ job_id: jobBefore }] = await pg.query<{ job_id: string }>(
+      'SELECT job_id FROM batch_workflows WHERE id = $1',
+      [id],
+    );
     await pg.stop();
     const during: Awaited<ReturnType<typeof poll>>[] = [];
     const outageEnds = Date.now() + 5000;
@@ -137,6 +141,14 @@ describe('faults: Postgres stopped and restarted under load', function () {
       const after = done.steps.find((s) => s.name === step.name)!;
       expect(after.attempts, `${step.name} attempts`).to.equal(step.attempts);
     }
+    // Paused and resumed in place by the same run, which kept its pg-boss job: no crash was counted.
+    expect(api.proc.output).to.include('the paused run resumes');
+    const [row] = await pg.query<{ lapses: number; job_id: string }>(
+      'SELECT lapses, job_id FROM batch_workflows WHERE id = $1',
+      [id],
+    );
+    expect(row.lapses, 'crashes counted').to.equal(0);
+    expect(row.job_id).to.equal(jobBefore);
     const ready = await fetch(`${api.url}/readyz`);
     expect(ready.status).to.equal(200);
   });

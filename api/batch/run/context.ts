@@ -42,14 +42,27 @@ export interface RunnerDeps {
   chunkMemory: ByteBudget;
   /** Queue the webhook delivery of a finished workflow. */
   enqueueWebhook(workflowId: string): Promise<void>;
-  /** Queue a workflow again a little later (its tenant is at its running bound). */
-  deferRun(workflowId: string): Promise<void>;
   /**
-   * A run stopped because Postgres (or storage) became unreachable: the
-   * workflow is neither errored nor lost; the caller queues it again once
-   * the dependency answers, and it resumes from its checkpoints.
+   * Queue a run of the workflow with a new pg-boss job, `afterSeconds`
+   * later: its tenant is at its running bound (deferred), or this process
+   * is stopping and gives the workflow back.
    */
-  onOutage?(workflowId: string): void;
+  requeue(workflowId: string, afterSeconds: number): Promise<void>;
+  /**
+   * Whether the run's pg-boss job is still this worker's (heart-beating it
+   * as it asks): a run paused by an outage resumes in place only then.
+   * Rejects while Postgres is unreachable.
+   */
+  jobHeld(job: RunJob): Promise<boolean>;
+}
+
+/** The pg-boss job a run was handed (none when a run is started directly, as some tests do). */
+export interface RunJob {
+  id: string;
+  /** Which attempt of the job this is (pg-boss fences its calls to it). */
+  retryCount: number;
+  /** Aborted by pg-boss when the job is no longer this worker's (heartbeat found it gone). */
+  signal: AbortSignal;
 }
 
 /** One run of one workflow, as its steps see it. */

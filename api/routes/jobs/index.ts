@@ -256,7 +256,7 @@ export function routes(deps: AppDeps): Route[] {
         operationId: 'cancelTranscriptionJob',
         summary: 'Cancel a batch job',
         description:
-          'A queued or running job ends as `terminated` (`error.name` `cancelled`); a running one stops at its next lease renewal, at most a third of BATCH_LEASE_SECONDS later. The chunks it had transcribed are billed; a resubmission with the same `request_id` reuses them without billing them again. Cancelling a terminated job again answers it as it is.',
+          'A queued or running job ends as `terminated` (`error.name` `cancelled`); a running one stops at once, or at the next heartbeat of its pg-boss job (at most half of BATCH_HEARTBEAT_SECONDS later) when another process runs it. The chunks it had transcribed are billed; a resubmission with the same `request_id` reuses them without billing them again. Cancelling a terminated job again answers it as it is.',
         tags: ['batch'],
         security: 'apiKey',
         parameters: [WORKFLOW_ID_PARAM],
