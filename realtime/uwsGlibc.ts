@@ -33,7 +33,8 @@ const REBIND: Record<string, { suffix?: number; rename?: string }> = {
 
 /** glibc's version as [major, minor], or undefined off glibc (musl, macOS, Windows). */
 export function glibcVersion(): [number, number] | undefined {
-  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header;
+  const header = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)
+    ?.header;
   const m = /^(\d+)\.(\d+)/.exec(header?.glibcVersionRuntime ?? '');
   return m ? [Number(m[1]), Number(m[2])] : undefined;
 }
@@ -90,7 +91,7 @@ export function rebindC23(elf: Buffer): Buffer | undefined {
   // Elf64_Verneed { vn_version u16, vn_cnt u16, vn_file u32, vn_aux u32, vn_next u32 }
   // Elf64_Vernaux { vna_hash u32, vna_flags u16, vna_other u16, vna_name u32, vna_next u32 }
   const verstr = sections[verneed.link].offset;
-  for (let need = verneed.offset; ; ) {
+  for (let need = verneed.offset; ;) {
     const cnt = out.readUInt16LE(need + 2);
     for (let k = 0, aux = need + out.readUInt32LE(need + 8); k < cnt; k++) {
       if (cString(out, verstr + out.readUInt32LE(aux + 8)) === MISSING_VERSION) {

@@ -138,7 +138,9 @@ export function routes(deps: AppDeps): Route[] {
         "Words that bias the built-in engine on every request of this key (segment, batch, realtime, OpenAI endpoints), beside each request's `prompt`. Remote workers are not sent it. Counted against POLL_REQUESTS_PER_MINUTE.",
       tags: ['vocabulary'],
       security: 'apiKey',
-      ...(method === 'put' ? { requestBody: [{ contentType: 'application/json', schema: vocabularySchema, required: true }] } : {}),
+      ...(method === 'put'
+        ? { requestBody: [{ contentType: 'application/json', schema: vocabularySchema, required: true }] }
+        : {}),
       responses: {
         '200': { description: 'The stored vocabulary', schema: vocabularySchema },
         ...(method === 'put'
@@ -187,7 +189,9 @@ export function routes(deps: AppDeps): Route[] {
         delete: "Clear a key's vocabulary",
       }[method],
       parameters: [idParam],
-      ...(method === 'put' ? { requestBody: [{ contentType: 'application/json', schema: vocabularySchema, required: true }] } : {}),
+      ...(method === 'put'
+        ? { requestBody: [{ contentType: 'application/json', schema: vocabularySchema, required: true }] }
+        : {}),
       responses: {
         '200': { description: 'The stored vocabulary', schema: adminEnvelope(vocabularySchema) },
         ...adminErrors(method === 'put' ? ['400', '401', '404', '500'] : ['401', '404', '500']),

@@ -128,7 +128,9 @@ export class BiasCompiler {
         continue;
       }
       phrases.push(tokens.map((t) => t.lower));
-      const spoken = (entry.spoken ?? []).map((s) => tokenize(s, true).map((t) => t.lower)).filter((s) => s.length);
+      const spoken = (entry.spoken ?? [])
+        .map((s) => tokenize(s, true).map((t) => t.lower))
+        .filter((s) => s.length);
       for (const t of tokens) {
         if (t.text !== t.lower || !this.lmWords.has(t.lower)) display[t.lower] = t.text;
         const known = this.lmWords.has(t.lower);

@@ -165,7 +165,11 @@ const IDLE_SOURCES = Array.from({ length: 8 }, (_, i) => `127.0.0.${i + 1}`);
 const IDLE_PER_SOURCE = 25;
 
 /** Opens `n` sessions of `key` at `url`, 200 upgrades in flight; the sockets and when each `session.created` came. */
-async function openIdle(url: string, key: string, n: number): Promise<{ sockets: WebSocket[]; at: number[] }> {
+async function openIdle(
+  url: string,
+  key: string,
+  n: number,
+): Promise<{ sockets: WebSocket[]; at: number[] }> {
   const sockets: WebSocket[] = [];
   const at: number[] = [];
   const t0 = performance.now();
