@@ -3,9 +3,15 @@
  * (`batch-workflow`, stately: at most one queued and one active job per
  * workflow, heart-beaten while it runs), the workflows pg-boss gave up on
  * (`batch-workflow-dead`, its dead-letter queue) and one job per webhook
- * delivery attempt (`batch-webhook`).
+ * delivery attempt (`batch-webhook`); and opening the process's pg-boss
+ * client on them.
  */
-import type { PgBoss, Queue, QueuePolicy, UpdateQueueOptions } from 'pg-boss';
+import { PgBoss, type Queue, type QueuePolicy, type UpdateQueueOptions } from 'pg-boss';
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { Config } from '../../shared/config/index.js';
+import { withMigrationLock } from '../../shared/db/index.js';
+import type { WorkflowRepo } from './repo.js';
 import type { BatchConfig } from '../../shared/config/batch.js';
 
 export const WORKFLOW_QUEUE = 'batch-workflow';
@@ -60,4 +66,77 @@ export async function createQueues(
     // A queue's policy is fixed when it is made (pg-boss refuses to change it); the rest follows the configuration.
     else await boss.updateQueue(name, settings);
   }
+}
+
+export interface OpenBossDeps {
+  config: Config;
+  db: Knex;
+  repo: WorkflowRepo;
+  log: Logger;
+  /** Queues a run of a workflow in this pg-boss (the runtime's fair `enqueue`). */
+  enqueue(workflowId: string, boss: PgBoss): Promise<void>;
+}
+
+/**
+ * The process's pg-boss client: its schema and queues created (under the
+ * migrations' lock), then the unfinished workflows of a new schema queued in
+ * it (`handOff`).
+ */
+export async function openBoss(d: OpenBossDeps): Promise<PgBoss> {
+  const cfg = d.config;
+  if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
+  const boss = new PgBoss({
+    connectionString: cfg.databaseUrl,
+    schema: cfg.batch.pgBossSchema,
+    max: 4,
+    schedule: false,
+    // Every process supervises: a dead process's jobs are failed (and retried) by a live one within
+    // about a third of a heartbeat of going stale.
+    supervise: true,
+    superviseIntervalSeconds: cfg.batch.superviseSeconds,
+    monitorIntervalSeconds: cfg.batch.superviseSeconds,
+  });
+  boss.on('error', (err) => d.log.error({ err }, 'pg-boss error'));
+  boss.on('warning', (warning) => d.log.warn({ warning }, 'pg-boss warning'));
+  // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
+  // empty database deadlock there, so they take turns under the migrations' advisory lock.
+  try {
+    await withMigrationLock(d.db, async () => {
+      await createQueues(boss, cfg.batch);
+      await handOff(boss, d);
+    });
+  } catch (err) {
+    await boss.stop({ graceful: false }).catch(() => {});
+    throw err;
+  }
+  return boss;
+}
+
+/**
+ * The first process to use a pg-boss schema queues in it every unfinished
+ * workflow (the previous pg-boss major's schema, `pgboss`, is not carried
+ * over: its jobs are left where they are). Each workflow is given back
+ * first, so its next run is not counted as a crash. Recorded in
+ * `batch_pgboss_handoffs` once done; a process that died part way is
+ * followed by one that queues the rest (a workflow that has a job here
+ * already is left alone).
+ */
+async function handOff(boss: PgBoss, d: OpenBossDeps): Promise<void> {
+  const schema = d.config.batch.pgBossSchema;
+  if (await d.repo.handedOff(schema)) return;
+  let count = 0;
+  for (let after = ''; ;) {
+    const ids = await d.repo.unfinishedIds(after);
+    if (!ids.length) break;
+    for (const id of ids) {
+      const jobs = await boss.findJobs(WORKFLOW_QUEUE, { key: id });
+      if (jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active')) continue;
+      await d.repo.giveBack(id);
+      await d.enqueue(id, boss);
+      count++;
+    }
+    after = ids[ids.length - 1];
+  }
+  await d.repo.recordHandOff(schema, count);
+  if (count) d.log.info({ count, schema }, 'unfinished workflows queued in a new pg-boss schema');
 }

@@ -10,12 +10,11 @@
  * made before start starts the producer side (pg-boss and its queues) first.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { fromKnex, PgBoss } from 'pg-boss';
+import { fromKnex, type PgBoss } from 'pg-boss';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
 import type { Principal } from '../../shared/auth/index.js';
-import { withMigrationLock } from '../../shared/db/index.js';
 import { isIpLiteral, OutboundClient } from './net/index.js';
 import { type ArtifactStore, tenantStore } from './storage/index.js';
 import type { SpeechEngine } from '../../shared/stt/types.js';
@@ -27,13 +26,7 @@ import type { JobRequest, WorkflowParams } from './types.js';
 import { WebhookDeliverer, type WebhookDeliveryJob } from './webhook.js';
 import { loadWebhookSecrets, tenantSecret } from './signing.js';
 import { FairShare } from '../../shared/fairShare.js';
-import {
-  createQueues,
-  MAX_BACKLOG_RANK,
-  WEBHOOK_QUEUE,
-  WORKFLOW_DEAD_QUEUE,
-  WORKFLOW_QUEUE,
-} from './queues.js';
+import { openBoss, MAX_BACKLOG_RANK, WEBHOOK_QUEUE, WORKFLOW_DEAD_QUEUE, WORKFLOW_QUEUE } from './queues.js';
 import { ByteBudget } from '../../shared/semaphore.js';
 import { Retention } from './retention.js';
 import { Cancellation } from './cancel.js';
@@ -115,11 +108,7 @@ export class BatchRuntime {
     return this.starting;
   }
 
-  /**
-   * pg-boss, its schema and this plane's queues, made once (under the
-   * migrations' lock) and shared by submissions and workers; then the
-   * unfinished workflows of a new pg-boss schema are queued in it (`handOff`).
-   */
+  /** The process's pg-boss (queues.ts `openBoss`), opened once and shared by submissions and workers. */
   private produce(): Promise<PgBoss> {
     this.producing ??= this.startBoss().catch((err: unknown) => {
       this.producing = undefined;
@@ -129,64 +118,16 @@ export class BatchRuntime {
   }
 
   private async startBoss(): Promise<PgBoss> {
-    const cfg = this.d.config;
-    if (!cfg.databaseUrl) throw new Error('batch: DATABASE_URL is required');
     await this.store.init();
-    const boss = new PgBoss({
-      connectionString: cfg.databaseUrl,
-      schema: cfg.batch.pgBossSchema,
-      max: 4,
-      schedule: false,
-      // Every process supervises: a dead process's jobs are failed (and retried) by a live one within
-      // about a third of a heartbeat of going stale.
-      supervise: true,
-      superviseIntervalSeconds: cfg.batch.superviseSeconds,
-      monitorIntervalSeconds: cfg.batch.superviseSeconds,
+    const boss = await openBoss({
+      config: this.d.config,
+      db: this.d.db,
+      repo: this.repo,
+      log: this.log,
+      enqueue: (id, b) => this.enqueue(id, 0, b),
     });
-    boss.on('error', (err) => this.log.error({ err }, 'pg-boss error'));
-    boss.on('warning', (warning) => this.log.warn({ warning }, 'pg-boss warning'));
-    // pg-boss creates its schema and queues in start/createQueue; instances starting together on an
-    // empty database deadlock there, so they take turns under the migrations' advisory lock.
-    try {
-      await withMigrationLock(this.d.db, async () => {
-        await createQueues(boss, cfg.batch);
-        await this.handOff(boss);
-      });
-    } catch (err) {
-      await boss.stop({ graceful: false }).catch(() => {});
-      throw err;
-    }
     this.boss = boss;
     return boss;
-  }
-
-  /**
-   * The first process to use a pg-boss schema queues in it every unfinished
-   * workflow (the previous pg-boss major's schema, `pgboss`, is not carried
-   * over: its jobs are left where they are). Each workflow is given back
-   * first, so its next run is not counted as a crash. Recorded in
-   * `batch_pgboss_handoffs` once done; a process that died part way is
-   * followed by one that queues the rest (a workflow that has a job here
-   * already is left alone).
-   */
-  private async handOff(boss: PgBoss): Promise<void> {
-    const schema = this.d.config.batch.pgBossSchema;
-    if (await this.repo.handedOff(schema)) return;
-    let count = 0;
-    for (let after = ''; ;) {
-      const ids = await this.repo.unfinishedIds(after);
-      if (!ids.length) break;
-      for (const id of ids) {
-        const jobs = await boss.findJobs(WORKFLOW_QUEUE, { key: id });
-        if (jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active')) continue;
-        await this.repo.giveBack(id);
-        await this.enqueue(id, 0, boss);
-        count++;
-      }
-      after = ids[ids.length - 1];
-    }
-    await this.repo.recordHandOff(schema, count);
-    if (count) this.log.info({ count, schema }, 'unfinished workflows queued in a new pg-boss schema');
   }
 
   private async doStart(workers: boolean): Promise<void> {
