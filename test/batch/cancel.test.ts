@@ -11,12 +11,13 @@ import path from 'node:path';
 import { expect } from 'chai';
 import request from 'supertest';
 import { ADMIN_TOKEN } from '../helpers/app.js';
-import { BatchRuntime } from '../../api/batch/runtime.js';
+import { BatchRuntime, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import { tenantStore } from '../../api/batch/storage/index.js';
 import {
   buildRecording,
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   startFileServer,
   tmpDir,
   waitFor,
@@ -149,7 +150,20 @@ describe('batch: cancelling jobs', function () {
     expect(r.status).to.equal(200);
     expect(r.body.status).to.equal('terminated');
     await waitFor(async () => sockets.size === 0, 15_000, 100);
-    await new Promise((res) => setTimeout(res, 500));
+    // The run has ended: no job of the workflow is queued, retrying or running (pg-boss's API).
+    const boss = await pgBossClient(t);
+    try {
+      await waitFor(
+        async () =>
+          (await boss.findJobs(WORKFLOW_QUEUE, { key: id })).every(
+            (j) => !['created', 'retry', 'active'].includes(j.state),
+          ),
+        30_000,
+        100,
+      );
+    } finally {
+      await boss.stop({ graceful: false });
+    }
     expect((await row(id)).status).to.equal('terminated');
 
     const done = await submit(k.key, { audio_url: `${files.url}/short.wav` });

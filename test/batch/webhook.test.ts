@@ -6,9 +6,11 @@ import { Webhook } from 'standardwebhooks';
 import { backoffSeconds } from '../../api/batch/webhook.js';
 import { signedHeaders, tenantSecret } from '../../api/batch/signing.js';
 import { batchConfig } from '../../shared/config/batch.js';
+import { WEBHOOK_QUEUE } from '../../api/batch/runtime.js';
 import {
   createBatchTestApp,
   issueKey,
+  pgBossClient,
   startFileServer,
   TEST_WEBHOOK_SECRET,
   waitFor,
@@ -98,6 +100,26 @@ describe('batch: webhook delivery', function () {
   }
   const deliveries = (id: string) =>
     t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).orderBy('attempt');
+  /**
+   * The workflow's webhook jobs once none of them is queued, waiting to be
+   * retried or running (read through pg-boss's API): no attempt is on its way.
+   */
+  async function settledWebhookJobs(id: string) {
+    const boss = await pgBossClient(t);
+    try {
+      return await waitFor(
+        async () => {
+          const jobs = await boss.findJobs(WEBHOOK_QUEUE, { data: { workflowId: id } });
+          const open = jobs.filter((j) => ['created', 'retry', 'active'].includes(j.state));
+          return jobs.length > 0 && open.length === 0 ? jobs : undefined;
+        },
+        30_000,
+        100,
+      );
+    } finally {
+      await boss.stop({ graceful: false });
+    }
+  }
   /** The deliveries of a job once there is one. */
   const firstDeliveries = (id: string) =>
     waitFor(
@@ -177,7 +199,10 @@ describe('batch: webhook delivery', function () {
     files.postStatuses.push(410);
     const id = await run('/gone');
     await waitFor(async () => (await deliveries(id)).length === 1, 30_000, 200);
-    await new Promise((r) => setTimeout(r, 2500));
+    // No retry is queued; a sweep (which would queue a lost delivery again) sends nothing more either.
+    await settledWebhookJobs(id);
+    await t.runtime.sweep();
+    await settledWebhookJobs(id);
     const rows = await deliveries(id);
     expect(rows).to.have.length(1);
     expect(rows[0]).to.include({ outcome: 'gone', status_code: 410 });
@@ -235,8 +260,10 @@ describe('batch: webhook delivery', function () {
       [2, 'delivered'],
     ]);
     expect(sent()).to.equal(3);
-    // Nothing more once delivered: the sweeper leaves finished deliveries alone.
-    await new Promise((r) => setTimeout(r, 1500));
+    // Nothing more once delivered: no retry is queued, and the sweeper leaves finished deliveries alone.
+    await settledWebhookJobs(id);
+    await t.runtime.sweep();
+    await settledWebhookJobs(id);
     expect(sent()).to.equal(3);
     const poll = await request(t.server)
       .get(`/v1/audio/transcriptions/jobs/${id}`)
