@@ -110,7 +110,7 @@ const ENTRY: Record<Role, string> = {
  * the remote engine workers only get whole clips, which loses words at the
  * cuts and answers late. Segment and batch on the API keep the engine
  * workers. Admission follows the decoder pool: one streaming decoder per
- * session (about 100 MiB each), no more sessions than the instance's cores
+ * session (about 50 MiB each), no more sessions than the instance's cores
  * carry at real time, and no new session while as many utterances wait for
  * their final as there are decoders (the decoders are behind). docker/compose.yaml's
  * realtime services carry the same values (the deployment test checks).

@@ -188,27 +188,35 @@ function espeakPhones(word: string, voice: string): string[] | undefined {
   return phones.length > 0 ? phones : undefined;
 }
 
-/** The CMU dictionary's entries, read once when first needed: word to its pronunciations. */
+/**
+ * The CMU dictionary's entries, read once when first needed: word to its
+ * pronunciations. Kept as one string per word (its pronunciations, one per
+ * line) and split on lookup: 135k words held as arrays of phone strings took
+ * about 100 MiB of the process (issue 40, "Footprint"); as strings, about 20.
+ */
 export class DictionaryLookup {
-  private entries: Map<string, string[][]> | undefined;
+  private entries: Map<string, string> | undefined;
 
   constructor(private readonly files: string[]) {}
 
   get(word: string): string[][] | undefined {
     this.entries ??= this.load();
-    return this.entries.get(word);
+    return this.entries
+      .get(word)
+      ?.split('\n')
+      .map((p) => p.split(' '));
   }
 
-  private load(): Map<string, string[][]> {
-    const map = new Map<string, string[][]>();
+  private load(): Map<string, string> {
+    const map = new Map<string, string>();
     for (const file of this.files) {
       for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
         const parts = line.trim().split(/\s+/);
         if (parts.length < 2) continue;
         const word = parts[0].replace(/\(\d+\)$/, '');
-        const list = map.get(word) ?? [];
-        list.push(parts.slice(1));
-        map.set(word, list);
+        const phones = parts.slice(1).join(' ');
+        const known = map.get(word);
+        map.set(word, known === undefined ? phones : `${known}\n${phones}`);
       }
     }
     return map;

@@ -7,8 +7,10 @@
  *   model's and those prompts added. It is the selected model only while
  *   words are added, so that the search tree, rebuilt then, keeps every word
  *   (the tree holds the words the selected model knows), and so that added
- *   words enter no other model: one tenant's words never reach another's
- *   transcripts. It decodes with a weight of 1e-20, never enough to win;
+ *   words never enter the general model. The decoders of a thread share one
+ *   (models.ts): a word another decoder added there is in no other decoder's
+ *   dictionary, so one tenant's words never reach another's transcripts. It
+ *   decodes with a weight of 1e-20, never enough to win;
  * - `prompt`, the request's small model, interpolated with the general one.
  * Without a prompt only `default` is selected: the search is the one it was.
  * The same spec on the same decoder costs one weight update; a new one reads
@@ -22,6 +24,7 @@ import path from 'node:path';
 import koffi from 'koffi';
 import type { BiasSpec } from '../bias/compile.js';
 import type { Binding } from './binding.js';
+import type { SharedModel } from './models.js';
 
 /** The prompt model's share of the interpolated probability. */
 export const PROMPT_WEIGHT = 0.6;
@@ -39,11 +42,14 @@ export class SearchBias {
     private readonly b: Binding,
     private readonly ps: unknown,
     private readonly lmset: unknown,
-    extras: string,
+    private readonly extras: SharedModel,
   ) {
-    const model = this.read(extras);
-    if (!b.ngram_model_set_add(lmset, model, 'extras', 0.5, 1))
+    // The set frees its models with it: it gets a reference of its own to the thread's model.
+    b.ngram_model_retain(extras.model);
+    if (!b.ngram_model_set_add(lmset, extras.model, 'extras', 0.5, 1)) {
+      b.ngram_model_free(extras.model);
       throw new Error('pocketsphinx: cannot add extras');
+    }
     this.names = koffi.alloc('const char *', 3);
     koffi.encode(this.names, 'const char *', ['default', 'extras', 'prompt'], 3);
     this.weights = koffi.alloc('float', 3);
@@ -69,7 +75,7 @@ export class SearchBias {
         this.current = undefined;
       }
       this.addWords(spec);
-      const model = this.read(spec.arpa, true);
+      const model = this.read(spec.arpa);
       if (!this.b.ngram_model_set_add(this.lmset, model, 'prompt', PROMPT_WEIGHT, 1))
         throw new Error('pocketsphinx: cannot add the prompt model');
       this.current = spec.id;
@@ -97,27 +103,29 @@ export class SearchBias {
     fresh.forEach((w, i) => {
       const update = i === fresh.length - 1 ? 1 : 0;
       // A word that fails (a phone the model lacks) is left out; the spec's checks make that rare.
-      if ((this.b.ps_add_word(this.ps, w.word, w.phones.join(' '), update) as number) >= 0)
+      if ((this.b.ps_add_word(this.ps, w.word, w.phones.join(' '), update) as number) >= 0) {
         this.added.add(w.word);
-      else if (update) this.rebuild();
+        this.extras.added.add(w.word);
+      } else if (update) this.rebuild();
     });
   }
 
   /** Rebuilds the tree when the last word failed to: adding a known filler alternate is refused, so adds it once. */
   private rebuild(): void {
     const marker = `++bias${this.added.size}++`;
-    if ((this.b.ps_add_word(this.ps, marker, 'SIL', 1) as number) >= 0) this.added.add(marker);
+    if ((this.b.ps_add_word(this.ps, marker, 'SIL', 1) as number) >= 0) {
+      this.added.add(marker);
+      this.extras.added.add(marker);
+    }
   }
 
-  private read(source: string, text = false): unknown {
-    let file = source;
-    if (text) {
-      file = path.join(
-        os.tmpdir(),
-        `stt-prompt-${process.pid}-${crypto.randomBytes(6).toString('hex')}.arpa`,
-      );
-      fs.writeFileSync(file, source);
-    }
+  /** The request's small model, from its ARPA text. */
+  private read(arpa: string): unknown {
+    const file = path.join(
+      os.tmpdir(),
+      `stt-prompt-${process.pid}-${crypto.randomBytes(6).toString('hex')}.arpa`,
+    );
+    fs.writeFileSync(file, arpa);
     try {
       const model: unknown = this.b.ngram_model_read(
         this.b.ps_get_config(this.ps),
@@ -128,7 +136,7 @@ export class SearchBias {
       if (!model) throw new Error('pocketsphinx: cannot read a prompt model');
       return model;
     } finally {
-      if (text) fs.rmSync(file, { force: true });
+      fs.rmSync(file, { force: true });
     }
   }
 

@@ -38,11 +38,14 @@ export interface Binding {
   ps_get_hyp: Fn;
   ps_get_search: Fn;
   ps_get_lm: Fn;
+  ps_set_lm: Fn;
+  ps_set_search: Fn;
   ngram_wid: Fn;
   ngram_ng_prob: Fn;
   ps_add_word: Fn;
   ngram_model_read: Fn;
   ngram_model_free: Fn;
+  ngram_model_retain: Fn;
   ngram_model_set_add: Fn;
   ngram_model_set_remove: Fn;
   ngram_model_set_select: Fn;
@@ -98,6 +101,9 @@ export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: str
     ps_get_hyp: ps.func('const char *ps_get_hyp(void *ps, _Out_ int *score)'),
     ps_get_search: ps.func('const char *ps_get_search(void *ps)'),
     ps_get_lm: ps.func('void *ps_get_lm(void *ps, const char *name)'),
+    // A search over a model read once per thread (models.ts): ngram_search_init keeps a reference of its own.
+    ps_set_lm: ps.func('int ps_set_lm(void *ps, const char *name, void *lm)'),
+    ps_set_search: ps.func('int ps_set_search(void *ps, const char *name)'),
     ngram_wid: sb.func('int ngram_wid(void *model, const char *word)'),
     // history: the preceding words' ids, most recent first.
     ngram_ng_prob: sb.func(
@@ -109,6 +115,7 @@ export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: str
       'void *ngram_model_read(void *config, const char *file, int type, void *lmath)',
     ),
     ngram_model_free: sb.func('int ngram_model_free(void *model)'),
+    ngram_model_retain: sb.func('void *ngram_model_retain(void *model)'),
     ngram_model_set_add: sb.func(
       'void *ngram_model_set_add(void *set, void *model, const char *name, float weight, int reuse_widmap)',
     ),

@@ -2,7 +2,8 @@
  * PocketSphinx through FFI (koffi). Debian ships the "0.8+5prealpha" API:
  * `ps_init(cmd_ln_t *)` built from `cmd_ln_parse_r(NULL, ps_args(), argc,
  * argv, strict)` (libsphinxbase), not the 5.x `ps_config_t`. One Decoder is
- * single-threaded; each worker thread owns one.
+ * single-threaded; each worker thread owns one or more, and those of a
+ * thread share their language models (models.ts).
  */
 import { bind, type Binding } from './binding.js';
 import fs from 'node:fs';
@@ -11,6 +12,7 @@ import path from 'node:path';
 import koffi from 'koffi';
 import { FRONT_END_ROWS, frontEndBuffers, nativeRows, type FrontEndBuffers } from './native.js';
 import { SearchBias } from './bias.js';
+import { borrow, release, type SharedModel } from './models.js';
 import type { BiasSpec } from '../bias/compile.js';
 import {
   CEPSTRUM_LENGTH,
@@ -90,6 +92,19 @@ function isFiller(word: string): boolean {
   return word.startsWith('<') || word.startsWith('[') || word.startsWith('++');
 }
 
+/** PocketSphinx's name for the search ps_init would have made from `-lm`. */
+const SEARCH = '_default';
+/** The arguments that change how a language model is read (its weights, its log base). */
+const LM_READ_ARGS = ['-lw', '-wip', '-uw', '-logbase'];
+
+/** What decoders sharing a thread's model must agree on: the values of LM_READ_ARGS among their arguments. */
+function modelKey(args: string[]): string {
+  return LM_READ_ARGS.map((a) => {
+    const i = args.lastIndexOf(a);
+    return i >= 0 ? args[i + 1] : '';
+  }).join(' ');
+}
+
 export class DecoderAbortedError extends Error {
   override name = 'DecoderAbortedError';
 }
@@ -109,35 +124,51 @@ export class Decoder {
   private clipIo: FrontEndBuffers | undefined;
   /** The search's language model (sentenceEnd). */
   private lm: unknown;
-  private readonly searchBias: SearchBias | undefined;
+  private searchBias: SearchBias | undefined;
+  /** The thread's models this decoder holds (models.ts). */
+  private readonly models: SharedModel[] = [];
 
   constructor(opts: DecoderOptions) {
     this.b = bind(opts);
     this.sessionCmn = opts.sessionCmn;
-    const argv = ['-hmm', opts.hmm, '-lm', opts.lm, '-dict', opts.dict, ...(opts.extraArgs ?? [])];
+    // No `-lm`: ps_init would read a copy of its own; the search gets the thread's model below.
+    const argv = ['-hmm', opts.hmm, '-dict', opts.dict, ...(opts.extraArgs ?? [])];
     // The model's feat.params overrides `-cmn` given as an argument (PocketSphinx 0.8 reads it last), so
     // streaming decoders get a copy saying `-cmn none`. The front end's own silence removal is off too:
     // the VAD has cut the utterance already, and dropped frames would shift the word times.
     if (opts.sessionCmn) argv.push('-featparams', featParamsWithoutCmn(opts.hmm), '-remove_silence', 'no');
     const config = this.b.cmd_ln_parse_r(null, this.b.ps_args(), argv.length, argv, 1);
-    if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(6))}`);
+    if (!config) throw new Error(`pocketsphinx: invalid decoder arguments ${JSON.stringify(argv.slice(4))}`);
     this.ps = this.b.ps_init(config);
     // ps_init keeps its own reference to the configuration.
     this.b.cmd_ln_free_r(config);
-    if (!this.ps)
-      throw new Error(`pocketsphinx: ps_init failed (models under ${opts.hmm}, ${opts.lm}, ${opts.dict})`);
+    if (!this.ps) throw new Error(`pocketsphinx: ps_init failed (models under ${opts.hmm}, ${opts.dict})`);
+    try {
+      this.loadSearch(opts, modelKey(argv));
+    } catch (err) {
+      this.close();
+      throw err;
+    }
+  }
+
+  /** The search over the thread's general model, and the prompt's models over its `extras` (bias.ts). */
+  private loadSearch(opts: DecoderOptions, key: string): void {
+    const general = borrow(this.b, this.ps, opts.lm, key, 'general');
+    this.models.push(general);
+    if ((this.b.ps_set_lm(this.ps, SEARCH, general.model) as number) < 0)
+      throw new Error(`pocketsphinx: no search over ${opts.lm}`);
+    if ((this.b.ps_set_search(this.ps, SEARCH) as number) < 0)
+      throw new Error('pocketsphinx: ps_set_search failed');
     if (this.sessionCmn) {
       this.fe = this.b.fe_init_auto_r(this.b.ps_get_config(this.ps));
       if (!this.fe) throw new Error('pocketsphinx: fe_init_auto_r failed');
       this.rows = nativeRows(undefined, SEARCH_FRAMES);
     }
-    if (opts.extras)
-      this.searchBias = new SearchBias(
-        this.b,
-        this.ps,
-        this.b.ps_get_lm(this.ps, this.b.ps_get_search(this.ps)),
-        opts.extras,
-      );
+    if (opts.extras) {
+      const extras = borrow(this.b, this.ps, opts.extras, key, 'extras');
+      this.models.push(extras);
+      this.searchBias = new SearchBias(this.b, this.ps, this.b.ps_get_lm(this.ps, SEARCH), extras);
+    }
   }
 
   /** The prompt and vocabulary of the next utterance (undefined: none); a no-op on a decoder without `extras`. */
@@ -425,5 +456,7 @@ export class Decoder {
       this.b.ps_free(this.ps);
       this.ps = undefined;
     }
+    // The search's sets held references of their own: the thread's copies go when no decoder holds them.
+    for (const m of this.models.splice(0)) release(this.b, m);
   }
 }

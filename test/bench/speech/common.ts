@@ -1,6 +1,8 @@
 /** Small helpers shared by the speech benchmarks. */
 import fs from 'node:fs';
 import { canonicalWavSamples } from '../../../shared/audio/index.js';
+import type { SpeechStream } from '../../../shared/stt/types.js';
+import { silence } from '../../realtime/helpers.js';
 
 export function percentile(values: number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -40,4 +42,16 @@ export async function postClip(
     engineMs: Number(res.headers.get('x-engine-ms') ?? NaN),
     body,
   };
+}
+
+/** Makes the engine load `n` streaming decoders: one stream each, all with an utterance of silence open at once. */
+export async function loadStreamingDecoders(
+  engine: { openStream(): SpeechStream },
+  n: number,
+): Promise<void> {
+  const streams = Array.from({ length: n }, () => engine.openStream());
+  const utts = streams.map((s) => s.begin({})!);
+  for (const u of utts) u.push(silence(200));
+  await Promise.all(utts.map((u) => u.finish()));
+  for (const s of streams) s.close();
 }

@@ -40,7 +40,7 @@ import {
   silence,
   type RealtimeTestContext,
 } from '../../realtime/helpers.js';
-import { fmt, percentile, postClip } from './common.js';
+import { fmt, loadStreamingDecoders, percentile, postClip } from './common.js';
 
 const arg = (name: string, dflt: number) =>
   Number(process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? dflt);
@@ -83,13 +83,7 @@ const engine = new BuiltinEngine(config.speech.builtin, createLogger({ level: 'w
 await engine.ready();
 const rssBefore = process.memoryUsage().rss;
 // Load every streaming decoder (one stream each, one utterance of silence) to measure their memory.
-{
-  const streams = Array.from({ length: DECODERS }, () => engine.openStream());
-  const utts = streams.map((s) => s.begin({})!);
-  for (const u of utts) u.push(silence(200));
-  await Promise.all(utts.map((u) => u.finish()));
-  for (const s of streams) s.close();
-}
+await loadStreamingDecoders(engine, DECODERS);
 const rssDecoders = process.memoryUsage().rss;
 const perDecoderMb = mb(rssDecoders - rssBefore) / DECODERS;
 
