@@ -4,7 +4,9 @@
  * adds far less memory than a copy of the models would, and words one key's
  * prompt or vocabulary adds on one decoder reach no other decoder of the
  * thread: the other key's transcript is the one it was, on an older decoder
- * and on one created after the words went into the shared `extras` model.
+ * and on one created after the words went into the shared `extras` model;
+ * and a decoder's words do not change when the decoder whose log-math the
+ * models were read with is gone.
  */
 import { expect } from 'chai';
 import { loadConfig } from '../../shared/config/index.js';
@@ -81,5 +83,17 @@ describe('speech: the decoders of a thread share their language models (issue 40
     expect(transcript(fresh()), 'a decoder made after').to.equal(before);
     // The prompted decoder itself, back on the general model, says what the others say.
     expect(transcript(prompted)).to.equal(before);
+  });
+
+  it('decodes as before once the decoder that read the models is gone', () => {
+    const [reader, other] = [decoders[0], fresh()];
+    const prompt = 'Dashboards for Kubernetes and Grafana.';
+    const expected = [transcript(other), transcript(other, prompt)];
+    decoders.splice(decoders.indexOf(reader), 1);
+    reader.close();
+    // Decoders made and freed meanwhile reuse what was freed.
+    for (let i = 0; i < 3; i++) fresh();
+    for (const d of decoders.splice(-3)) d.close();
+    expect([transcript(other), transcript(other, prompt)]).to.deep.equal(expected);
   });
 });

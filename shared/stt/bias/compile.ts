@@ -10,7 +10,6 @@
 import crypto from 'node:crypto';
 import { DictionaryLookup, MAX_WORD_LETTERS, PHONES, letterToSound } from './pronounce.js';
 import type { LexiconFiles } from './lexicon.js';
-import fs from 'node:fs';
 
 /** A stored vocabulary entry: the word as it should be written, and optionally how it is said. */
 export interface VocabularyEntry {
@@ -51,17 +50,16 @@ export class UnpronounceableError extends Error {
 }
 
 export class BiasCompiler {
-  private readonly lmWords: Set<string>;
+  /** The language model's dictionary first: `inFirst` says the model knows a word. */
   private readonly dictionary: DictionaryLookup;
   private readonly cache = new Map<string, BiasSpec | null>();
 
   constructor(files: LexiconFiles) {
-    this.lmWords = new Set();
-    for (const line of fs.readFileSync(files.dict, 'utf8').split('\n')) {
-      const word = line.slice(0, line.indexOf(' '));
-      if (word && !word.endsWith(')')) this.lmWords.add(word);
-    }
     this.dictionary = new DictionaryLookup([files.dict, files.rest]);
+  }
+
+  private knows(word: string): boolean {
+    return this.dictionary.inFirst(word);
   }
 
   /** Loads what the first prompt would otherwise wait for (the dictionary, eSpeak NG). */
@@ -114,7 +112,7 @@ export class BiasCompiler {
         if (t.text !== t.lower && (i > 0 || tokens.length === 1)) display[t.lower] ??= t.text;
       });
       for (const t of tokens) {
-        if (this.lmWords.has(t.lower) || words.has(t.lower)) continue;
+        if (this.knows(t.lower) || words.has(t.lower)) continue;
         const made = this.pronounce(t.lower);
         if (made.length === 0) continue; // a prompt word nobody can say is simply not boosted
         words.set(t.lower, variants(t.lower, made, false));
@@ -132,8 +130,8 @@ export class BiasCompiler {
         .map((s) => tokenize(s, true).map((t) => t.lower))
         .filter((s) => s.length);
       for (const t of tokens) {
-        if (t.text !== t.lower || !this.lmWords.has(t.lower)) display[t.lower] = t.text;
-        const known = this.lmWords.has(t.lower);
+        if (t.text !== t.lower || !this.knows(t.lower)) display[t.lower] = t.text;
+        const known = this.knows(t.lower);
         // A one-word entry with spoken forms gets them as its pronunciations; a phrase's words sound out alone.
         const fromSpoken = tokens.length === 1 ? spoken.flatMap((s) => this.sayAll(s)) : [];
         if (known && fromSpoken.length === 0) continue;

@@ -190,9 +190,12 @@ function espeakPhones(word: string, voice: string): string[] | undefined {
 
 /**
  * The CMU dictionary's entries, read once when first needed: word to its
- * pronunciations. Kept as one string per word (its pronunciations, one per
- * line) and split on lookup: 135k words held as arrays of phone strings took
- * about 100 MiB of the process (issue 40, "Footprint"); as strings, about 20.
+ * pronunciations, and whether the first file has it (the language model's
+ * words, bias/lexicon.ts). Kept as one string per word (its pronunciations,
+ * one per line, after a mark for the first file's words) and split on
+ * lookup: 135k words held as arrays of phone strings, and a set of the first
+ * file's words, took about 120 MiB of the process (issue 40, "Footprint");
+ * as strings, about 40.
  */
 export class DictionaryLookup {
   private entries: Map<string, string> | undefined;
@@ -200,25 +203,38 @@ export class DictionaryLookup {
   constructor(private readonly files: string[]) {}
 
   get(word: string): string[][] | undefined {
-    this.entries ??= this.load();
-    return this.entries
-      .get(word)
-      ?.split('\n')
+    const entry = this.entry(word);
+    return entry
+      ?.replace(FIRST_FILE, '')
+      .split('\n')
       .map((p) => p.split(' '));
+  }
+
+  /** The first file has the word. */
+  inFirst(word: string): boolean {
+    return this.entry(word)?.startsWith(FIRST_FILE) ?? false;
+  }
+
+  private entry(word: string): string | undefined {
+    this.entries ??= this.load();
+    return this.entries.get(word);
   }
 
   private load(): Map<string, string> {
     const map = new Map<string, string>();
-    for (const file of this.files) {
+    this.files.forEach((file, i) => {
       for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
         const parts = line.trim().split(/\s+/);
         if (parts.length < 2) continue;
         const word = parts[0].replace(/\(\d+\)$/, '');
         const phones = parts.slice(1).join(' ');
         const known = map.get(word);
-        map.set(word, known === undefined ? phones : `${known}\n${phones}`);
+        map.set(word, known === undefined ? `${i === 0 ? FIRST_FILE : ''}${phones}` : `${known}\n${phones}`);
       }
-    }
+    });
     return map;
   }
 }
+
+/** Marks the entries of the first file (never a phone). */
+const FIRST_FILE = '\u0001';

@@ -24,6 +24,8 @@ export interface Binding {
   ps_seg_prob: Fn;
   ps_get_logmath: Fn;
   logmath_exp: Fn;
+  logmath_retain: Fn;
+  logmath_free: Fn;
   err_set_logfp: Fn;
   ps_get_config: Fn;
   fe_init_auto_r: Fn;
@@ -80,6 +82,9 @@ export function bind(opts: { pocketsphinxLibrary: string; sphinxbaseLibrary: str
     ps_seg_prob: ps.func('int ps_seg_prob(void *seg, _Out_ int *ascr, _Out_ int *lscr, _Out_ int *lback)'),
     ps_get_logmath: ps.func('void *ps_get_logmath(void *ps)'),
     logmath_exp: sb.func('double logmath_exp(void *lmath, int p)'),
+    // A language model keeps the log-math it was read with without a reference of its own (models.ts).
+    logmath_retain: sb.func('void *logmath_retain(void *lmath)'),
+    logmath_free: sb.func('int logmath_free(void *lmath)'),
     err_set_logfp: sb.func('void err_set_logfp(void *stream)'),
     ps_get_config: ps.func('void *ps_get_config(void *ps)'),
     fe_init_auto_r: sb.func('void *fe_init_auto_r(void *config)'),

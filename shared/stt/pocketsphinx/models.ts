@@ -15,6 +15,11 @@
  * (the search tree holds dictionary words only), so one tenant's words still
  * never reach another's transcripts; its growth is bounded: past
  * EXTRAS_MAX_ADDED words, decoders created afterwards get a fresh copy.
+ *
+ * A model keeps a bare pointer to the log-math it was read with (the first
+ * borrower's, which ps_free frees), and every set made over it computes
+ * with that one: the thread and each borrower hold a reference of their own
+ * (logmath_retain), so it lives as long as any decoder can use the model.
  */
 import type { Binding } from './binding.js';
 
@@ -34,6 +39,8 @@ export interface SharedModel {
 
 interface Entry extends SharedModel {
   id: string;
+  /** The log-math the model was read with. */
+  lmath: unknown;
   /** Decoders holding it. */
   users: number;
   /** The thread still holds its own reference (and hands the model out). */
@@ -47,6 +54,7 @@ function drop(b: Binding, entry: Entry): void {
   entry.held = false;
   if (entries.get(entry.id) === entry) entries.delete(entry.id);
   b.ngram_model_free(entry.model);
+  b.logmath_free(entry.lmath);
 }
 
 /**
@@ -69,17 +77,19 @@ export function borrow(
   if (entry && kind === 'extras' && entry.added.size >= EXTRAS_MAX_ADDED) drop(b, entry);
   entry = entries.get(id);
   if (!entry) {
+    const lmath: unknown = b.ps_get_logmath(ps);
     const model: unknown = b.ngram_model_read(
       b.ps_get_config(ps),
       file,
       kind === 'extras' ? NGRAM_ARPA : NGRAM_AUTO,
-      b.ps_get_logmath(ps),
+      lmath,
     );
     if (!model) throw new Error(`pocketsphinx: cannot read the language model ${file}`);
-    entry = { id, model, added: new Set(), users: 0, held: true };
+    entry = { id, lmath: b.logmath_retain(lmath), model, added: new Set(), users: 0, held: true };
     entries.set(id, entry);
   }
   entry.users++;
+  b.logmath_retain(entry.lmath);
   return entry;
 }
 
@@ -87,6 +97,7 @@ export function borrow(
 export function release(b: Binding, shared: SharedModel): void {
   const entry = shared as Entry;
   if (--entry.users === 0) drop(b, entry);
+  b.logmath_free(entry.lmath);
 }
 
 /** Models this thread holds now (tests). */
