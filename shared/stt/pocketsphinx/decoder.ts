@@ -6,13 +6,11 @@
  * thread share their language models (models.ts).
  */
 import { bind, type Binding } from './binding.js';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import koffi from 'koffi';
 import { FRONT_END_ROWS, frontEndBuffers, nativeRows, type FrontEndBuffers } from './native.js';
 import { SearchBias } from './bias.js';
 import { borrow, release, type SharedModel } from './models.js';
+import { featParamsWithoutCmn, modelKey } from './args.js';
 import type { BiasSpec } from '../bias/compile.js';
 import {
   CEPSTRUM_LENGTH,
@@ -73,20 +71,6 @@ import { PCM_SAMPLE_RATE as SAMPLE_RATE } from '../../audio/pcm.js';
 export { SAMPLE_RATE };
 export const FRAME_SECONDS = 0.01;
 
-const featParamsCopies = new Map<string, string>();
-
-/** A copy of the model's feat.params with `-cmn none`, written once per process and model. */
-function featParamsWithoutCmn(hmm: string): string {
-  let file = featParamsCopies.get(hmm);
-  if (file) return file;
-  const params = fs.readFileSync(path.join(hmm, 'feat.params'), 'utf8');
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pocketsphinx-'));
-  file = path.join(dir, 'feat.params');
-  fs.writeFileSync(file, params.replace(/^-cmn\s+\S+\s*$/m, '').trimEnd() + '\n-cmn none\n');
-  featParamsCopies.set(hmm, file);
-  return file;
-}
-
 /** Silence, sentence markers and noise fillers (`<sil>`, `<s>`, `[NOISE]`, `++BREATH++`). */
 function isFiller(word: string): boolean {
   return word.startsWith('<') || word.startsWith('[') || word.startsWith('++');
@@ -94,17 +78,6 @@ function isFiller(word: string): boolean {
 
 /** PocketSphinx's name for the search ps_init would have made from `-lm`. */
 const SEARCH = '_default';
-/** The arguments that change how a language model is read (its weights, its log base). */
-const LM_READ_ARGS = ['-lw', '-wip', '-uw', '-logbase'];
-
-/** What decoders sharing a thread's model must agree on: the values of LM_READ_ARGS among their arguments. */
-function modelKey(args: string[]): string {
-  return LM_READ_ARGS.map((a) => {
-    const i = args.lastIndexOf(a);
-    return i >= 0 ? args[i + 1] : '';
-  }).join(' ');
-}
-
 export class DecoderAbortedError extends Error {
   override name = 'DecoderAbortedError';
 }
