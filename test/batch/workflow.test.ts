@@ -89,24 +89,29 @@ describe('batch: workflow end to end', function () {
     submitted: request.Response;
     metricsBefore: string;
   }
+  /** talk.wav in 10 s chunks at concurrency 2, under `requestId`, with `extra` fields. */
+  const submitTalk = (requestId: string, extra: Record<string, unknown> = {}) =>
+    request(t.server)
+      .post('/v1/audio/transcriptions/jobs')
+      .set('authorization', `Bearer ${key}`)
+      .send({
+        audio_url: `${files.url}/talk.wav`,
+        request_id: requestId,
+        segment_seconds: 10,
+        concurrency: 2,
+        ...extra,
+      });
   let firstJobRun: Promise<FirstJob> | undefined;
   const firstJob = () =>
     (firstJobRun ??= (async () => {
       const metricsBefore = await scrape();
       const requestId = randomId();
-      const submitted = await request(t.server)
-        .post('/v1/audio/transcriptions/jobs')
-        .set('authorization', `Bearer ${key}`)
-        .send({
-          audio_url: `${files.url}/talk.wav`,
-          request_id: requestId,
-          segment_seconds: 10,
-          concurrency: 2,
-          review: true,
-          language: 'en-US',
-          webhook_url: `${files.url}/hook`,
-          metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
-        });
+      const submitted = await submitTalk(requestId, {
+        review: true,
+        language: 'en-US',
+        webhook_url: `${files.url}/hook`,
+        metadata: { known_terms: ['Dashwood', 'Americans'], specialty: 'literature' },
+      });
       expect(submitted.status, submitted.text).to.equal(202);
       return { requestId, workflowId: submitted.body.workflow_id, submitted, metricsBefore };
     })());
@@ -119,15 +124,7 @@ describe('batch: workflow end to end', function () {
       const { requestId } = await firstJob();
       await firstJobDone();
       const engineCalls = t.engineCalls.length;
-      const submitted = await request(t.server)
-        .post('/v1/audio/transcriptions/jobs')
-        .set('authorization', `Bearer ${key}`)
-        .send({
-          audio_url: `${files.url}/talk.wav`,
-          request_id: requestId,
-          segment_seconds: 10,
-          concurrency: 2,
-        });
+      const submitted = await submitTalk(requestId);
       return { engineCalls, submitted, done: await waitDone(submitted.body.workflow_id) };
     })());
 
