@@ -13,24 +13,44 @@
  * Tuned on test/audio/corpus/dialog (docs/decisions/realtime.md, "Turn ends").
  */
 import { TURN_LEVELS, type Eagerness } from '../shared/config/realtime.js';
+import type { Logger } from 'pino';
 import type { SentenceEndCues, StreamingUtterance } from '../shared/stt/types.js';
 import type { Prosody } from './vad/prosody.js';
 
 /** How the words so far read. */
 export type Reading = 'finished' | 'likely' | 'unsure' | 'continues';
 
-/** Words after which an English sentence goes on (articles, prepositions, conjunctions, auxiliaries, ...). */
-const CONTINUES = new Set(
+/** Words after which an English sentence goes on: articles, possessives, subject pronouns, conjunctions. */
+const NEVER_ENDS = new Set(
   (
-    'a an the my your his her its our their this these those that which who whose whom ' +
-    'of to in on at for with from by about into onto over under between through during without within ' +
-    'and or but nor because so although though if when while since unless until whereas than as ' +
+    'a an the my your our their its i we he she they ' +
+    'of and or but nor because although though if whereas than unless as very every'
+  ).split(' '),
+);
+/**
+ * Function words that usually go on but can end a sentence ("for you", "where it is", "yes i can",
+ * "over there", "i like that"): the language model's trigram decides.
+ */
+const MAY_END = new Set(
+  (
+    'to in on at for with from by about into onto over under between through during without within ' +
     'is are was were be been being am do does did have has had will would shall should can could may might must ' +
-    'i we you he she they it there very more most some any every each no not'
+    'you it him her them me us his this these those that which who whose whom there ' +
+    'so when while since until more most some any each no not'
   ).split(' '),
 );
 /** Hesitation sounds (as the decoder spells them). */
 const HESITATIONS = new Set(['um', 'uh', 'umm', 'uhm', 'er', 'erm', 'hmm', 'mm', 'ah']);
+
+/** What kind of word ends the words so far (logged instead of the word: transcripts stay out of logs). */
+export function lastWordClass(
+  cues: SentenceEndCues | null,
+): 'none' | 'hesitation' | 'continues' | 'function' | 'other' {
+  const last = cues?.words.at(-1);
+  if (last === undefined) return 'none';
+  if (HESITATIONS.has(last)) return 'hesitation';
+  return NEVER_ENDS.has(last) ? 'continues' : MAY_END.has(last) ? 'function' : 'other';
+}
 
 /** What the decoder's words and the voice say about the pause. */
 export function readPause(cues: SentenceEndCues | null, prosody: Prosody): Reading {
@@ -41,7 +61,9 @@ export function readPause(cues: SentenceEndCues | null, prosody: Prosody): Readi
   if (!cues || last === undefined) return fell ? 'likely' : 'unsure';
   if (HESITATIONS.has(last)) return 'continues';
   const { probability: p, order } = cues;
-  if (CONTINUES.has(last)) return order === 3 && p >= 0.3 && fell ? 'likely' : 'continues';
+  if (NEVER_ENDS.has(last)) return 'continues';
+  if (MAY_END.has(last))
+    return order === 3 && p >= 0.1 ? 'likely' : order === 3 && p >= 0.03 ? 'unsure' : 'continues';
   if (order === 3 && p >= 0.1) return rose ? 'likely' : 'finished';
   if ((order === 3 && p >= 0.02) || (order === 2 && p >= 0.1))
     return fell ? 'finished' : rose ? 'unsure' : 'likely';
@@ -75,6 +97,8 @@ export function turnWait(
 export interface PauseInfo {
   pause: number;
   silenceMs: number;
+  /** Stream position where the speech before the pause ended (ms). */
+  atMs: number;
   speakerPauseMs: number;
   prosody: Prosody;
 }
@@ -95,7 +119,7 @@ export function judgePause(
     sentenceEndThreshold?: number;
   },
   answer: (ms: number) => void,
-  onReading?: (r: Reading, cues: SentenceEndCues | null) => void,
+  onReading?: (r: Reading, cues: SentenceEndCues | null, waitMs: number) => void,
 ): void {
   const level = settings.eagerness;
   const threshold = settings.sentenceEndThreshold;
@@ -110,9 +134,41 @@ export function judgePause(
   streaming.sentenceEnd().then(
     (cues) => {
       const r = readPause(cues, p.prosody);
-      onReading?.(r, cues);
-      answer(turnWait(r, level, settings.silenceMs, p.speakerPauseMs));
+      const wait = turnWait(r, level, settings.silenceMs, p.speakerPauseMs);
+      onReading?.(r, cues, wait);
+      answer(wait);
     },
     () => answer(settings.silenceMs),
+  );
+}
+
+/**
+ * What a turn-end verdict was made of, at debug level (`turn end judged`): the cues and the wait, with
+ * the last word's class instead of the words (transcripts stay out of logs). test/bench/realtime/turns.ts
+ * `--cues` reads these records to tune readPause.
+ */
+export function logVerdict(
+  log: Logger,
+  sessionId: string,
+  ev: PauseInfo,
+  reading: Reading,
+  cues: SentenceEndCues | null,
+  waitMs: number,
+): void {
+  if (!log.isLevelEnabled('debug')) return;
+  log.debug(
+    {
+      sessionId,
+      atMs: ev.atMs,
+      reading,
+      waitMs,
+      p: cues?.probability,
+      order: cues?.order,
+      last: lastWordClass(cues),
+      pitchSt: ev.prosody.pitchSt,
+      energyDb: ev.prosody.energyDb,
+      speakerPauseMs: ev.speakerPauseMs,
+    },
+    'turn end judged',
   );
 }

@@ -26,7 +26,7 @@ import type { VadEvent, VadService, VadStream } from './vad/service.js';
 import type { SessionSettings } from './options.js';
 import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
-import { judgePause, type PauseInfo } from './turnEnd.js';
+import { judgePause, logVerdict, type PauseInfo } from './turnEnd.js';
 import { events, type FlushPurpose } from './protocol.js';
 import { COMMIT_EMPTY, type CompletedBase, type SessionEvent, type Throttled } from './wire.js';
 import {
@@ -295,8 +295,12 @@ export class UtteranceTracker {
   private judgePause(ev: PauseInfo): void {
     const vad = this.vad;
     if (!vad) return;
-    judgePause(ev, this.dropping ? null : this.streaming, this.host.settings, (ms) =>
-      vad.verdict(ev.pause, ms),
+    judgePause(
+      ev,
+      this.dropping ? null : this.streaming,
+      this.host.settings,
+      (ms) => vad.verdict(ev.pause, ms),
+      (reading, cues, waitMs) => logVerdict(this.deps.logger, this.host.sessionId, ev, reading, cues, waitMs),
     );
   }
 

@@ -107,6 +107,8 @@ export async function createRealtimeContext(opts: {
   redisPrefix?: string;
   /** Defaults to inline segmentation on the shared pool. */
   vad?: VadService;
+  /** The server's log level (`info`; benches read `debug` records from `logs`). */
+  logLevel?: string;
 }): Promise<RealtimeTestContext> {
   const testDb = opts.testDb ?? (await createTestDatabase('stt_rt'));
   const config = loadConfig(
@@ -119,7 +121,7 @@ export async function createRealtimeContext(opts: {
     opts.overrides,
   );
   const logs = new Sink();
-  const logger = createLogger({ level: 'info' }, logs);
+  const logger = createLogger({ level: opts.logLevel ?? 'info' }, logs);
   // The realtime process's own kernel, with the test's engine and, for Redis limits, a prefix of its own.
   const platform = createPlatform(
     { ...config, dbPoolMax: 4, redisUrl: opts.redis ? TEST_REDIS_URL : undefined },

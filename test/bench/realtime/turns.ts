@@ -13,6 +13,8 @@
  *   --corpus=/tmp/dh: the held-out part (npx tsx test/audio/corpus/dialog.ts --held-out=/tmp/dh)
  *   --levels=default: no session.update (the session's defaults; what an older server does)
  *   --clips=N: the first N clips; --detail: each turn end (stderr)
+ *   --cues=FILE: every judged pause's cues (the server's debug `turn end judged` records) as TSV,
+ *     labelled `mid` (inside a sentence) or `end` (after its last word): data to tune readPause on
  *
  * With `--pace=0` the audio goes as fast as the server takes it: splits and
  * merges are the same (the segmenter waits for each verdict), and the wait is
@@ -35,6 +37,9 @@ const PACE = Number(arg('pace', '1'));
 const STREAMS = arg('streams', '1,5').split(',').map(Number);
 const DIR = arg('corpus', CORPUS_DIR);
 const DETAIL = process.argv.includes('--detail');
+const CUES = arg('cues', '');
+const CUE_FIELDS = ['reading', 'waitMs', 'p', 'order', 'last', 'pitchSt', 'energyDb', 'speakerPauseMs'];
+const cueRows: string[] = [['clip', 'level', 'atMs', 'label', ...CUE_FIELDS].join('\t')];
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 const STOPPED = 'input_audio_buffer.speech_stopped';
 
@@ -79,7 +84,24 @@ const engine = new BuiltinEngine(
   createLogger({ level: 'warn' }),
 );
 await engine.ready();
-const ctx = await createRealtimeContext({ engine, env: { REALTIME_TRANSCRIBE_TIMEOUT_MS: '120000' } });
+const ctx = await createRealtimeContext({
+  engine,
+  env: { REALTIME_TRANSCRIBE_TIMEOUT_MS: '120000' },
+  logLevel: CUES ? 'debug' : 'info',
+});
+
+/** The judged pauses of one session, labelled against the clip's sentences. */
+function collectCues(sessionId: string, clip: Clip, level: string): void {
+  for (const line of ctx.logs.lines) {
+    if (!line.includes(sessionId) || !line.includes('turn end judged')) continue;
+    const r = JSON.parse(line) as Record<string, unknown> & { atMs: number };
+    const t = r.atMs / 1000;
+    const inside = clip.turns.some((x) => t > x.start && t < x.end - 0.1);
+    cueRows.push(
+      [clip.file, level, r.atMs, inside ? 'mid' : 'end', ...CUE_FIELDS.map((f) => r[f] ?? '')].join('\t'),
+    );
+  }
+}
 
 async function run(clip: Clip, level: string, into: Outcome): Promise<void> {
   const { key } = await ctx.issueKey('pro');
@@ -121,6 +143,7 @@ async function run(clip: Clip, level: string, into: Outcome): Promise<void> {
   if (throttled.length) console.error(`${clip.file}: audio dropped ${JSON.stringify(throttled)}`);
   cl.ws.close(1000);
   await cl.closed;
+  if (CUES) collectCues(String(created.session_id), clip, level);
   const ends = [...stops.entries()].sort((a, b) => a[0] - b[0]);
   const t = clip.turns;
   t.forEach((turn, i) => {
@@ -168,6 +191,7 @@ for (const level of LEVELS) {
     );
   }
 }
+if (CUES) fs.writeFileSync(CUES, cueRows.join('\n') + '\n');
 console.log(
   `load after: ${os
     .loadavg()
