@@ -13,67 +13,40 @@ import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { tenantStore } from '../../api/batch/storage/index.js';
 import { BatchRuntime, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
-import {
-  buildRecording,
-  createBatchTestApp,
-  issueKey,
-  pgBossClient,
-  randomId,
-  startWorkerProcess,
-  startFileServer,
-  tmpDir,
-  waitFor,
-  type BatchTestApp,
-  type FileServer,
-} from './helpers.js';
+import { issueKey, pgBossClient, randomId, startWorkerProcess, batchSuite, waitFor } from './helpers.js';
 
 describe('batch: crash and resume (SIGKILL of a real worker process)', function () {
   this.timeout(120_000);
-  let t: BatchTestApp;
-  let files: FileServer;
   let child: ChildProcess | undefined;
-  const dir = tmpDir('batch-crash-');
-
-  before(async () => {
-    buildRecording(
-      path.join(dir, 'long.wav'),
-      ['jfk.wav', 'librivox-austen-0870.wav', 'librivox-austen-0880.wav', 'librivox-austen-0890.wav'],
-      0.8,
-    );
-    files = await startFileServer(dir);
-    // This process only submits and polls (pg-boss producer); the workers live in the child.
-    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
-    await t.runtime.start({ workers: false });
+  // This process only submits and polls (pg-boss producer); the workers live in the child.
+  const s = batchSuite({
+    prefix: 'crash',
+    recordings: {
+      'long.wav': {
+        clips: [
+          'jfk.wav',
+          'librivox-austen-0870.wav',
+          'librivox-austen-0880.wav',
+          'librivox-austen-0890.wav',
+        ],
+      },
+    },
+    run: 'producer',
   });
-  after(async () => {
-    if (child && child.exitCode === null) child.kill('SIGKILL');
-    await t?.close();
-    await files?.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  s.cleanup(() => child?.exitCode === null && child.kill('SIGKILL'));
 
   it('completes after restart without re-transcribing checkpointed chunks', async () => {
-    const key = (await issueKey(t, { ownerId: 'tenant-crash', plan: 'pro' })).key;
-    const callLog = path.join(dir, 'calls.log');
+    const key = (await issueKey(s.t, { ownerId: 'tenant-crash', plan: 'pro' })).key;
+    const callLog = path.join(s.dir, 'calls.log');
     fs.writeFileSync(callLog, '');
-    const env = {
-      DATABASE_URL: t.db.url,
-      DATA_DIR: t.dataDir,
-      WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
-      OUTBOUND_ALLOW: '127.0.0.1',
-      // pg-boss's shortest heartbeat (stale jobs are looked for every 3 s).
-      BATCH_HEARTBEAT_SECONDS: '10',
-      STT_THREADS: '1',
-      LOG_LEVEL: 'warn',
-    };
-    child = await startWorkerProcess(env, callLog);
+    child = await startWorkerProcess(s.t, callLog);
 
     const requestId = randomId('crash');
-    const sub = await request(t.server)
+    const sub = await request(s.t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
       .send({
-        audio_url: `${files.url}/long.wav`,
+        audio_url: `${s.files.url}/long.wav`,
         request_id: requestId,
         segment_seconds: 5,
         concurrency: 1,
@@ -81,29 +54,29 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     expect(sub.status).to.equal(202);
     const id = sub.body.workflow_id as string;
 
-    const store = tenantStore(t.runtime.store, 'tenant-crash');
+    const store = tenantStore(s.t.runtime.store, 'tenant-crash');
     const prefix = `transcription/${requestId}/`;
     await waitFor(
       async () => (await store.list(prefix)).filter((k) => /chunk_\d+\.json$/.test(k)).length >= 2,
       60_000,
       50,
     );
-    const killedJob = (await t.deps.db('batch_workflows').where({ id }).first()).job_id as string;
+    const killedJob = (await s.t.deps.db('batch_workflows').where({ id }).first()).job_id as string;
     child.kill('SIGKILL');
     await new Promise((r) => child!.once('exit', r));
     const checkpointed = (await store.list(prefix))
       .map((k) => /chunk_(\d+)\.json$/.exec(k)?.[1])
       .filter(Boolean)
       .map(Number);
-    const mid = await request(t.server)
+    const mid = await request(s.t.server)
       .get(`/v1/audio/transcriptions/jobs/${id}`)
       .set('authorization', `Bearer ${key}`);
     expect(mid.body.status).to.equal('running');
 
-    child = await startWorkerProcess(env, callLog);
+    child = await startWorkerProcess(s.t, callLog);
     const done = await waitFor(
       async () => {
-        const r = await request(t.server)
+        const r = await request(s.t.server)
           .get(`/v1/audio/transcriptions/jobs/${id}`)
           .set('authorization', `Bearer ${key}`);
         return r.body.status === 'complete' || r.body.status === 'errored' ? r : undefined;
@@ -114,7 +87,7 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     child.kill('SIGTERM');
     expect(done.body.status, JSON.stringify(done.body.error)).to.equal('complete');
     // The same pg-boss job, retried after its heartbeat went stale; its first run counted as a crash.
-    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    const row = await s.t.deps.db('batch_workflows').where({ id }).first();
     expect(row.job_id).to.equal(killedJob);
     expect(row.lapses).to.equal(1);
 
@@ -138,52 +111,44 @@ describe('batch: crash and resume (SIGKILL of a real worker process)', function 
     const probe = done.body.steps.find((s: { name: string }) => s.name === 'probe');
     expect(probe.attempts).to.equal(2); // fetched again by the second process
     // The killed run's copy of the audio went when the next run started; the finished run removed its own.
-    const tmp = path.join(t.dataDir, 'tmp', 'batch');
+    const tmp = path.join(s.t.dataDir, 'tmp', 'batch');
     expect((fs.existsSync(tmp) ? fs.readdirSync(tmp) : []).filter((n) => n.startsWith(id))).to.deep.equal([]);
   });
 });
 
 describe('batch: a job whose worker died before taking the workflow (pg-boss heartbeat)', function () {
   this.timeout(90_000);
-  let t: BatchTestApp;
-  let files: FileServer;
   let boss: PgBoss | undefined;
   let worker: BatchRuntime | undefined;
-  const dir = tmpDir('batch-dead-job-');
-
-  before(async () => {
-    buildRecording(path.join(dir, 'clip.wav'), ['jfk.wav'], 0.5);
-    files = await startFileServer(dir);
-    // Submissions and pg-boss's supervisor only; the dead worker is a pg-boss client of this test.
-    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
-    await t.runtime.start({ workers: false });
+  // Submissions and pg-boss's supervisor only; the dead worker is a pg-boss client of this test.
+  const s = batchSuite({
+    prefix: 'dead-job',
+    recordings: { 'clip.wav': { clips: ['jfk.wav'], gap: 0.5 } },
+    run: 'producer',
   });
-  after(async () => {
+  s.cleanup(async () => {
     await worker?.stop();
     await boss?.stop({ graceful: false }).catch(() => {});
-    await t?.close();
-    await files?.close();
-    fs.rmSync(dir, { recursive: true, force: true });
   });
 
   it('pg-boss fails the silent job and retries it, and a live worker runs the workflow from it', async () => {
-    const key = (await issueKey(t, { ownerId: 'tenant-dead-job', plan: 'pro' })).key;
-    const sub = await request(t.server)
+    const key = (await issueKey(s.t, { ownerId: 'tenant-dead-job', plan: 'pro' })).key;
+    const sub = await request(s.t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: `${files.url}/clip.wav`, request_id: randomId('dead-job') });
+      .send({ audio_url: `${s.files.url}/clip.wav`, request_id: randomId('dead-job') });
     expect(sub.status).to.equal(202);
     const id = sub.body.workflow_id as string;
-    const sent = await t.runtime.repo.jobId(id);
+    const sent = await s.t.runtime.repo.jobId(id);
     expect(sent, 'the sent job is kept on the workflow').to.match(/^[0-9a-f-]{36}$/);
 
     // A worker fetches the job (it turns active) and dies before it takes the workflow: no heartbeat follows.
-    boss = await pgBossClient(t);
+    boss = await pgBossClient(s.t);
     const [dead] = await boss.fetch<{ workflowId: string }>(WORKFLOW_QUEUE);
     const fetchedAt = Date.now();
     expect(dead.id).to.equal(sent);
     expect(dead.data.workflowId).to.equal(id);
-    expect(dead.heartbeatSeconds).to.equal(t.config.batch.heartbeatSeconds);
+    expect(dead.heartbeatSeconds).to.equal(s.t.config.batch.heartbeatSeconds);
     const job = async () => (await boss!.findJobs(WORKFLOW_QUEUE, { id: dead.id }))[0];
 
     // Stately: no second job of the workflow starts beside the active one.
@@ -194,20 +159,20 @@ describe('batch: a job whose worker died before taking the workflow (pg-boss hea
       return j.state === 'retry' ? j : undefined;
     }, 40_000);
     const staleAfter = (Date.now() - fetchedAt) / 1000;
-    const { heartbeatSeconds, superviseSeconds } = t.config.batch;
+    const { heartbeatSeconds, superviseSeconds } = s.t.config.batch;
     expect(staleAfter, 'seconds until pg-boss gave the job up').to.be.within(
       heartbeatSeconds,
       heartbeatSeconds + superviseSeconds + 5,
     );
     expect(retried.output).to.deep.include({ value: { message: 'job heartbeat timeout' } });
-    const row = await t.deps.db('batch_workflows').where({ id }).first();
+    const row = await s.t.deps.db('batch_workflows').where({ id }).first();
     expect(row.status, 'the dead worker never took it').to.equal('queued');
 
     // A live worker takes the retry and runs the workflow to its end.
-    worker = new BatchRuntime({ ...t.deps, store: t.runtime.store, outbound: t.runtime.outbound });
+    worker = new BatchRuntime({ ...s.t.deps, store: s.t.runtime.store, outbound: s.t.runtime.outbound });
     await worker.start({ workers: true });
     const done = await waitFor(async () => {
-      const r = await t.deps.db('batch_workflows').where({ id }).first();
+      const r = await s.t.deps.db('batch_workflows').where({ id }).first();
       return r.status === 'complete' || r.status === 'errored' ? r : undefined;
     }, 60_000);
     expect(done.status, JSON.stringify(done.error)).to.equal('complete');

@@ -183,6 +183,62 @@ export async function pgBossClient(t: BatchTestApp): Promise<PgBoss> {
   return boss.start();
 }
 
+/** What a batch test file's suite runs against (batchSuite); its fields are set by the suite's `before`. */
+export interface BatchSuite {
+  t: BatchTestApp;
+  /** Serves the suite's recordings (and records webhook calls). */
+  files: FileServer;
+  /** The suite's own folder: its recordings and whatever a test writes. */
+  dir: string;
+  /** A pg-boss client of the app's schema (with `boss: true`). */
+  boss: PgBoss;
+  /** Runs after the suite, before the app closes (workers, children, servers a test started). */
+  cleanup(fn: () => unknown): void;
+}
+
+/**
+ * The set-up every batch suite repeats, once: recordings built into a folder of its own and served
+ * on loopback, the batch app on its own database, started as `run` says (`workers`: pg-boss workers
+ * in this process; `producer`: submissions and pg-boss's supervisor only, the workers live elsewhere;
+ * `none`), and optionally a pg-boss client. Everything is stopped and removed after the suite, in
+ * reverse order. Call inside `describe`.
+ */
+export function batchSuite(opts: {
+  prefix: string;
+  recordings?: Record<string, { clips: string[]; gap?: number }>;
+  /** Other files to serve, made in `before` (name -> content). */
+  write?: () => Record<string, Buffer>;
+  env?: Record<string, string>;
+  run: 'workers' | 'producer' | 'none';
+  boss?: boolean;
+  overrides?: ConfigOverrides;
+}): BatchSuite {
+  const cleanups: (() => unknown)[] = [];
+  const dir = tmpDir(`batch-${opts.prefix}-`);
+  const suite = { dir, cleanup: (fn: () => unknown) => void cleanups.push(fn) } as BatchSuite;
+  before(async () => {
+    for (const [name, r] of Object.entries(opts.recordings ?? {}))
+      buildRecording(path.join(dir, name), r.clips, r.gap ?? 0.8);
+    for (const [name, content] of Object.entries(opts.write?.() ?? {}))
+      fs.writeFileSync(path.join(dir, name), content);
+    suite.files = await startFileServer(dir);
+    suite.t = await createBatchTestApp(
+      { ...(opts.run === 'workers' ? {} : { BATCH_WORKERS: 'false' }), ...opts.env },
+      { start: opts.run === 'workers', overrides: opts.overrides },
+    );
+    if (opts.run === 'producer') await suite.t.runtime.start({ workers: false });
+    if (opts.boss) suite.boss = await pgBossClient(suite.t);
+  });
+  after(async () => {
+    for (const fn of cleanups.reverse()) await fn();
+    await suite.boss?.stop({ graceful: false }).catch(() => {});
+    await suite.t?.close();
+    await suite.files?.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return suite;
+}
+
 export const TEST_WEBHOOK_SECRET = `whsec_${Buffer.from('batch-test-secret-0123456789abcdef').toString('base64')}`;
 
 export { issueKey };
@@ -228,10 +284,20 @@ export async function pollJob(
 }
 
 /**
- * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers and supervisor, real engine) with
- * this environment; engine calls are appended to `callLog`. Resolves once it is ready.
+ * A batch worker process (test/batch/fixtures/worker.ts: pg-boss workers and supervisor, real engine) on
+ * the app's database and data folder, with pg-boss's shortest heartbeat (stale jobs are looked for every
+ * 3 s) and one decoder thread; engine calls are appended to `callLog`. Resolves once it is ready.
  */
-export function startWorkerProcess(env: Record<string, string>, callLog: string): Promise<ChildProcess> {
+export function startWorkerProcess(t: BatchTestApp, callLog: string): Promise<ChildProcess> {
+  const env = {
+    DATABASE_URL: t.db.url,
+    DATA_DIR: t.dataDir,
+    WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
+    OUTBOUND_ALLOW: '127.0.0.1',
+    BATCH_HEARTBEAT_SECONDS: '10',
+    STT_THREADS: '1',
+    LOG_LEVEL: 'warn',
+  };
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', path.join(repoRoot, 'test/batch/fixtures/worker.ts'), callLog],

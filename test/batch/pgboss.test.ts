@@ -5,55 +5,36 @@
  * schema's jobs are not carried over), and a workflow whose job pg-boss
  * gave up on (dead-letter queue) is errored instead of left running.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import { expect } from 'chai';
 import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { BatchRuntime, WORKFLOW_DEAD_QUEUE, WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
-import {
-  buildRecording,
-  createBatchTestApp,
-  issueKey,
-  pgBossClient,
-  startFileServer,
-  tmpDir,
-  waitFor,
-  type BatchTestApp,
-  type FileServer,
-} from './helpers.js';
+import { issueKey, pgBossClient, batchSuite, waitFor } from './helpers.js';
 
 describe('batch: pg-boss 12 beside our workflow rows', function () {
   this.timeout(90_000);
-  let t: BatchTestApp;
-  let files: FileServer;
   let boss: PgBoss | undefined;
   const runtimes: BatchRuntime[] = [];
-  const dir = tmpDir('batch-pgboss-');
-
-  before(async () => {
-    buildRecording(path.join(dir, 'clip.wav'), ['jfk.wav'], 0.5);
-    files = await startFileServer(dir);
-    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
+  const s = batchSuite({
+    prefix: 'pgboss',
+    recordings: { 'clip.wav': { clips: ['jfk.wav'], gap: 0.5 } },
+    run: 'none',
   });
-  after(async () => {
+  s.cleanup(async () => {
     for (const r of runtimes) await r.stop();
     await boss?.stop({ graceful: false }).catch(() => {});
-    await t?.close();
-    await files?.close();
-    fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  const row = (id: string) => t.deps.db('batch_workflows').where({ id }).first();
+  const row = (id: string) => s.t.deps.db('batch_workflows').where({ id }).first();
   const runtime = () => {
-    const r = new BatchRuntime({ ...t.deps, store: t.runtime.store, outbound: t.runtime.outbound });
+    const r = new BatchRuntime({ ...s.t.deps, store: s.t.runtime.store, outbound: s.t.runtime.outbound });
     runtimes.push(r);
     return r;
   };
   const jobsOf = async (id: string) =>
     (await boss!.findJobs(WORKFLOW_QUEUE, { key: id })).map((j) => j.state);
   const submit = async (key: string, body: object) => {
-    const r = await request(t.server)
+    const r = await request(s.t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
       .send(body);
@@ -73,21 +54,21 @@ describe('batch: pg-boss 12 beside our workflow rows', function () {
   };
 
   it('queues the unfinished workflows in a new pg-boss schema once, given back, and runs them', async () => {
-    const k = await issueKey(t, { ownerId: 'tenant-handoff', plan: 'pro' });
-    await t.runtime.start({ workers: false });
-    boss = await pgBossClient(t);
-    const schema = t.config.batch.pgBossSchema;
+    const k = await issueKey(s.t, { ownerId: 'tenant-handoff', plan: 'pro' });
+    await s.t.runtime.start({ workers: false });
+    boss = await pgBossClient(s.t);
+    const schema = s.t.config.batch.pgBossSchema;
     expect(
-      await t.deps.db('batch_pgboss_handoffs').where({ schema }).first(),
+      await s.t.deps.db('batch_pgboss_handoffs').where({ schema }).first(),
       'recorded at the first start',
     ).to.not.equal(undefined);
     // A run of the old version was in progress, two workflows still queued; none has a job in this schema.
-    const body = { audio_url: `${files.url}/clip.wav` };
+    const body = { audio_url: `${s.files.url}/clip.wav` };
     const running = await submit(k.key, body);
     const queued = await submit(k.key, body);
     const later = await submit(k.key, body);
     await dropJobs(running, queued, later);
-    await t.deps
+    await s.t.deps
       .db('batch_workflows')
       .where({ id: running })
       .update({ status: 'running', run_owner: '4242-deadbeef-1' });
@@ -97,18 +78,18 @@ describe('batch: pg-boss 12 beside our workflow rows', function () {
     for (const id of [running, queued, later]) expect(await jobsOf(id)).to.deep.equal([]);
 
     // Not yet handed off (a new schema): every unfinished workflow is queued, the old run's given back.
-    await t.deps.db('batch_pgboss_handoffs').delete();
+    await s.t.deps.db('batch_pgboss_handoffs').delete();
     await runtime().start({ workers: false });
     for (const id of [running, queued, later]) expect(await jobsOf(id)).to.deep.equal(['created']);
     expect((await row(running)).run_owner, 'given back').to.equal(null);
-    expect((await t.deps.db('batch_pgboss_handoffs').where({ schema }).first()).workflows).to.equal(3);
+    expect((await s.t.deps.db('batch_pgboss_handoffs').where({ schema }).first()).workflows).to.equal(3);
 
     // A hand-off cut short (its record missing) is finished by the next process, without a second job.
-    await t.deps.db('batch_pgboss_handoffs').delete();
+    await s.t.deps.db('batch_pgboss_handoffs').delete();
     await dropJobs(later);
     await runtime().start({ workers: false });
     for (const id of [running, queued, later]) expect(await jobsOf(id)).to.deep.equal(['created']);
-    expect((await t.deps.db('batch_pgboss_handoffs').where({ schema }).first()).workflows).to.equal(1);
+    expect((await s.t.deps.db('batch_pgboss_handoffs').where({ schema }).first()).workflows).to.equal(1);
 
     await runtime().start({ workers: true });
     for (const id of [running, queued, later]) {
@@ -122,12 +103,12 @@ describe('batch: pg-boss 12 beside our workflow rows', function () {
   });
 
   it('a workflow whose job failed every attempt is errored from the dead-letter queue, and its webhook sent', async () => {
-    const k = await issueKey(t, { ownerId: 'tenant-dead-letter', plan: 'pro' });
+    const k = await issueKey(s.t, { ownerId: 'tenant-dead-letter', plan: 'pro' });
     // Only this test's pg-boss client takes workflow jobs: no worker runs them.
     for (const r of runtimes.splice(0)) await r.stop();
     const id = await submit(k.key, {
-      audio_url: `${files.url}/clip.wav`,
-      webhook_url: `${files.url}/dead-hook`,
+      audio_url: `${s.files.url}/clip.wav`,
+      webhook_url: `${s.files.url}/dead-hook`,
     });
     // Every attempt fails (retryLimit 3: four of them), as a run whose handler keeps throwing would.
     let attempts = 0;
@@ -157,13 +138,13 @@ describe('batch: pg-boss 12 beside our workflow rows', function () {
     }, 30_000);
     expect(done.status).to.equal('errored');
     expect(done.error.name).to.equal('workflow_failed');
-    const poll = await request(t.server)
+    const poll = await request(s.t.server)
       .get(`/v1/audio/transcriptions/jobs/${id}`)
       .set('authorization', `Bearer ${k.key}`);
     expect(poll.body.status).to.equal('errored');
     expect(poll.body.error.name).to.equal('workflow_failed');
-    await waitFor(async () => files.posts.some((p) => p.path === '/dead-hook'), 30_000);
-    const hook = files.posts.find((p) => p.path === '/dead-hook')!;
+    await waitFor(async () => s.files.posts.some((p) => p.path === '/dead-hook'), 30_000);
+    const hook = s.files.posts.find((p) => p.path === '/dead-hook')!;
     expect(JSON.parse(hook.body).type).to.equal('transcription.failed');
   });
 });

@@ -4,44 +4,27 @@
  * clip comes back with its names only when the job says them.
  */
 import { expect } from 'chai';
-import fs from 'node:fs';
-import path from 'node:path';
 import request from 'supertest';
 import { pcmToWav } from '../../shared/audio/index.js';
 import { termsClip } from '../audio/corpus/terms.js';
-import {
-  createBatchTestApp,
-  issueKey,
-  startFileServer,
-  tmpDir,
-  waitFor,
-  type BatchTestApp,
-  type FileServer,
-} from './helpers.js';
+import { batchSuite, issueKey, waitFor } from './helpers.js';
 
 describe('batch jobs take the prompt and the key vocabulary (issue 37)', function () {
   this.timeout(300_000);
-  let t: BatchTestApp;
-  let files: FileServer;
-  before(async () => {
-    t = await createBatchTestApp({}, { start: true });
-    const dir = tmpDir();
-    fs.writeFileSync(path.join(dir, 'k8s.wav'), pcmToWav(termsClip('00-0-flite-slt-clean.flac').pcm));
-    files = await startFileServer(dir);
-  });
-  after(async () => {
-    await files?.close();
-    await t?.close();
+  const s = batchSuite({
+    prefix: 'prompt',
+    write: () => ({ 'k8s.wav': pcmToWav(termsClip('00-0-flite-slt-clean.flac').pcm) }),
+    run: 'workers',
   });
 
   async function jobText(key: string, prompt?: string): Promise<string> {
-    const sub = await request(t.server)
+    const sub = await request(s.t.server)
       .post('/v1/audio/transcriptions/jobs')
       .set('authorization', `Bearer ${key}`)
-      .send({ audio_url: `${files.url}/k8s.wav`, ...(prompt ? { prompt } : {}) })
+      .send({ audio_url: `${s.files.url}/k8s.wav`, ...(prompt ? { prompt } : {}) })
       .expect(202);
     const done = await waitFor(async () => {
-      const res = await request(t.server)
+      const res = await request(s.t.server)
         .get(`/v1/audio/transcriptions/jobs/${sub.body.workflow_id}`)
         .set('authorization', `Bearer ${key}`);
       return res.body.status === 'complete' || res.body.status === 'errored' ? res : undefined;
@@ -51,10 +34,10 @@ describe('batch jobs take the prompt and the key vocabulary (issue 37)', functio
   }
 
   it('the prompt and the vocabulary each bring the names; neither: the general model alone', async () => {
-    const { key } = await issueKey(t, { plan: 'pro' });
+    const { key } = await issueKey(s.t, { plan: 'pro' });
     expect(await jobText(key)).not.to.match(/kubernetes|grafana/i);
     expect(await jobText(key, 'Kubernetes, Grafana')).to.include('Kubernetes');
-    await request(t.server)
+    await request(s.t.server)
       .put('/v1/vocabulary')
       .set('authorization', `Bearer ${key}`)
       .send({ words: [{ word: 'Kubernetes' }, { word: 'Grafana' }] })

@@ -12,46 +12,21 @@ import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { expect } from 'chai';
-import type { PgBoss } from 'pg-boss';
 import request from 'supertest';
 import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
-import {
-  buildRecording,
-  createBatchTestApp,
-  issueKey,
-  pgBossClient,
-  randomId,
-  startWorkerProcess,
-  startFileServer,
-  tmpDir,
-  waitFor,
-  type BatchTestApp,
-  type FileServer,
-} from './helpers.js';
+import { issueKey, randomId, startWorkerProcess, batchSuite, waitFor } from './helpers.js';
 
 describe('batch: a workflow that stops its workers is quarantined', function () {
   this.timeout(180_000);
-  let t: BatchTestApp;
-  let files: FileServer;
-  let boss: PgBoss | undefined;
   const children: ChildProcess[] = [];
-  const dir = tmpDir('batch-quarantine-');
-
-  before(async () => {
-    buildRecording(path.join(dir, 'clip.wav'), ['jfk.wav'], 0.5);
-    files = await startFileServer(dir);
-    t = await createBatchTestApp({ BATCH_WORKERS: 'false' });
-    await t.runtime.start({ workers: false });
+  const s = batchSuite({
+    prefix: 'quarantine',
+    recordings: { 'clip.wav': { clips: ['jfk.wav'], gap: 0.5 } },
+    run: 'producer',
     // Reads the workflow's job through pg-boss's API.
-    boss = await pgBossClient(t);
+    boss: true,
   });
-  after(async () => {
-    await boss?.stop({ graceful: false }).catch(() => {});
-    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-    await t?.close();
-    await files?.close();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  s.cleanup(() => children.forEach((c) => c.exitCode === null && c.kill('SIGKILL')));
 
   const kill = async (c: ChildProcess) => {
     c.kill('SIGKILL');
@@ -59,41 +34,32 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
   };
 
   it('after two crashed runs the next worker errors it and serves the next job', async () => {
-    const { key } = await issueKey(t, { ownerId: 'tenant-poison', plan: 'pro' });
-    const callLog = path.join(dir, 'calls.log');
+    const { key } = await issueKey(s.t, { ownerId: 'tenant-poison', plan: 'pro' });
+    const callLog = path.join(s.dir, 'calls.log');
     fs.writeFileSync(callLog, '');
-    const env = {
-      DATABASE_URL: t.db.url,
-      DATA_DIR: t.dataDir,
-      WEBHOOK_SECRET: 'whsec_' + Buffer.from('x'.repeat(32)).toString('base64'),
-      OUTBOUND_ALLOW: '127.0.0.1',
-      BATCH_HEARTBEAT_SECONDS: '10',
-      STT_THREADS: '1',
-      LOG_LEVEL: 'warn',
-    };
     const submit = async (requestId: string) => {
-      const r = await request(t.server)
+      const r = await request(s.t.server)
         .post('/v1/audio/transcriptions/jobs')
         .set('authorization', `Bearer ${key}`)
-        .send({ audio_url: `${files.url}/clip.wav`, request_id: requestId });
+        .send({ audio_url: `${s.files.url}/clip.wav`, request_id: requestId });
       expect(r.status).to.equal(202);
       return r.body.workflow_id as string;
     };
-    const row = (id: string) => t.deps.db('batch_workflows').where({ id }).first();
+    const row = (id: string) => s.t.deps.db('batch_workflows').where({ id }).first();
     const poisoned = await submit(randomId('poison'));
     fs.writeFileSync(`${callLog}.poison`, poisoned);
 
     // Two workers in turn take the workflow and hang on it: pg-boss fails the job for a retry while the
     // hung process is still there (its heartbeat stopped); each is then killed.
     for (let crash = 1; crash <= 2; crash++) {
-      const w = await startWorkerProcess(env, callLog);
+      const w = await startWorkerProcess(s.t, callLog);
       children.push(w);
       await waitFor(async () => (await row(poisoned)).runs === crash, 60_000, 100);
       expect((await row(poisoned)).lapses).to.equal(crash - 1);
       const jobId = (await row(poisoned)).job_id as string;
       await waitFor(
         async () => {
-          const [job] = await boss!.findJobs(WORKFLOW_QUEUE, { id: jobId });
+          const [job] = await s.boss.findJobs(WORKFLOW_QUEUE, { id: jobId });
           return job.state === 'retry' && job.retryCount === crash - 1;
         },
         60_000,
@@ -103,7 +69,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
       await kill(w);
     }
 
-    const w3 = await startWorkerProcess(env, callLog);
+    const w3 = await startWorkerProcess(s.t, callLog);
     children.push(w3);
     const done = await waitFor(
       async () => {
@@ -115,7 +81,7 @@ describe('batch: a workflow that stops its workers is quarantined', function () 
     );
     expect(done.error.name).to.equal('workflow_quarantined');
     expect(done.lapses).to.equal(2);
-    const poll = await request(t.server)
+    const poll = await request(s.t.server)
       .get(`/v1/audio/transcriptions/jobs/${poisoned}`)
       .set('authorization', `Bearer ${key}`);
     expect(poll.body.status).to.equal('errored');
