@@ -191,50 +191,99 @@ function espeakPhones(word: string, voice: string): string[] | undefined {
 /**
  * The CMU dictionary's entries, read once when first needed: word to its
  * pronunciations, and whether the first file has it (the language model's
- * words, bias/lexicon.ts). Kept as one string per word (its pronunciations,
- * one per line, after a mark for the first file's words) and split on
- * lookup: 135k words held as arrays of phone strings, and a set of the first
- * file's words, took about 120 MiB of the process (issue 40, "Footprint");
- * as strings, about 40.
+ * words, bias/lexicon.ts). The files stay as they were read, one buffer,
+ * with the start of each entry's line in a typed array sorted by word, and
+ * a lookup is a binary search that parses the few lines it lands on: about
+ * 5 MiB for 135k words. Held as arrays of phone strings they took about 120
+ * MiB of every process that takes prompts, and as one string per word about
+ * 40 (issue 40, "Footprint").
  */
 export class DictionaryLookup {
-  private entries: Map<string, string> | undefined;
+  private text: Buffer | undefined;
+  /** Line starts in `text`, by word, then in file and line order. */
+  private index: Uint32Array | undefined;
+  /** Where the second file starts in `text`. */
+  private firstEnd = 0;
 
   constructor(private readonly files: string[]) {}
 
   get(word: string): string[][] | undefined {
-    const entry = this.entry(word);
-    return entry
-      ?.replace(FIRST_FILE, '')
-      .split('\n')
-      .map((p) => p.split(' '));
+    const lines = this.lines(word);
+    return lines.length === 0 ? undefined : lines.map((at) => this.phones(at).split(' '));
   }
 
   /** The first file has the word. */
   inFirst(word: string): boolean {
-    return this.entry(word)?.startsWith(FIRST_FILE) ?? false;
+    const lines = this.lines(word);
+    return lines.length > 0 && lines[0] < this.firstEnd;
   }
 
-  private entry(word: string): string | undefined {
-    this.entries ??= this.load();
-    return this.entries.get(word);
+  /** The entries' line starts for `word`, in file and line order. */
+  private lines(word: string): number[] {
+    if (!this.index) this.load();
+    const index = this.index!;
+    const q = Buffer.from(word, 'utf8');
+    let lo = 0;
+    let hi = index.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.compare(index[mid], q) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    const out: number[] = [];
+    for (let i = lo; i < index.length && this.compare(index[i], q) === 0; i++) out.push(index[i]);
+    return out;
   }
 
-  private load(): Map<string, string> {
-    const map = new Map<string, string>();
-    this.files.forEach((file, i) => {
-      for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-        const parts = line.trim().split(/\s+/);
-        if (parts.length < 2) continue;
-        const word = parts[0].replace(/\(\d+\)$/, '');
-        const phones = parts.slice(1).join(' ');
-        const known = map.get(word);
-        map.set(word, known === undefined ? `${i === 0 ? FIRST_FILE : ''}${phones}` : `${known}\n${phones}`);
+  /** The entry's word at `at` against `q`, byte by byte (the order `load` sorts in). */
+  private compare(at: number, q: Buffer): number {
+    const text = this.text!;
+    for (let i = 0; ; i++) {
+      const c = keyByte(text, at + i);
+      const d = i < q.length ? q[i] : -1;
+      if (c !== d || c === -1) return c - d;
+    }
+  }
+
+  private lineAt(at: number): string {
+    const text = this.text!;
+    const end = text.indexOf(10, at);
+    return text.toString('utf8', at, end < 0 ? text.length : end);
+  }
+
+  private phones(at: number): string {
+    return this.lineAt(at).trim().split(/\s+/).slice(1).join(' ');
+  }
+
+  private load(): void {
+    const parts = this.files.map((f) => fs.readFileSync(f));
+    this.firstEnd = parts[0].length + 1;
+    const text = Buffer.concat(parts.flatMap((b) => [b, Buffer.from('\n')]));
+    // The words are read once to sort by them, then only the offsets are kept.
+    const starts: number[] = [];
+    const words: string[] = [];
+    for (let at = 0; at < text.length; ) {
+      const end = text.indexOf(10, at);
+      const stop = end < 0 ? text.length : end;
+      // Byte order: latin1 maps each byte to one character, so strings compare as the bytes do.
+      const line = text.toString('latin1', at, stop);
+      if (/^\S+[ \t]+\S/.test(line)) {
+        starts.push(at);
+        words.push(line.slice(0, line.search(/[ \t(]/)));
       }
-    });
-    return map;
+      at = stop + 1;
+    }
+    const order = Array.from(starts.keys()).sort((a, b) =>
+      words[a] < words[b] ? -1 : words[a] > words[b] ? 1 : a - b,
+    );
+    this.index = Uint32Array.from(order, (i) => starts[i]);
+    this.text = text;
   }
 }
 
-/** Marks the entries of the first file (never a phone). */
-const FIRST_FILE = '\u0001';
+/** A byte of an entry's word, or -1 where the word ends (its variant number, "(2)", is not part of it). */
+function keyByte(text: Buffer, pos: number): number {
+  if (pos >= text.length) return -1;
+  const b = text[pos];
+  return b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d || b === 0x28 ? -1 : b;
+}
