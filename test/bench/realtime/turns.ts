@@ -17,8 +17,9 @@
  *     labelled `mid` (inside a sentence) or `end` (after its last word): data to tune readPause on
  *
  * With `--pace=0` the audio goes as fast as the server takes it: splits and
- * merges are the same (the segmenter waits for each verdict), and the wait is
- * read from the audio (the cut's position after the sentence's last sample).
+ * merges are the same (the segmenter waits for each verdict), but no latency
+ * can be read (a stop's `audio_end_ms` is the padded end of speech, not where
+ * the wait ended): those columns print `-`; measure them at `--pace=1`.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -67,7 +68,7 @@ interface Outcome {
   split: number;
   pairs: number;
   merged: number;
-  /** End of speech -> final (ms; at pace 0, the cut's position after the last sample). */
+  /** End of speech -> final (ms; at real-time pace only). */
   latency: number[];
   errors: number;
   words: number;
@@ -157,9 +158,8 @@ async function run(clip: Clip, level: string, into: Outcome): Promise<void> {
       if (!after) into.merged++;
     }
     if (after) {
-      const ms =
-        PACE > 0 ? finals.get(after[0])!.at - (t0 + (turn.end * 1000) / PACE) : (after[1] - turn.end) * 1000;
-      into.latency.push(ms);
+      const ms = PACE > 0 ? finals.get(after[0])!.at - (t0 + (turn.end * 1000) / PACE) : NaN;
+      if (PACE > 0) into.latency.push(ms);
       if (DETAIL)
         console.error(`${clip.file} turn ${i}: ${Math.round(ms)} ms${inside.length ? ' SPLIT' : ''}`);
     } else if (DETAIL) console.error(`${clip.file} turn ${i}: merged${inside.length ? ' SPLIT' : ''}`);
@@ -185,7 +185,16 @@ for (const level of LEVELS) {
   for (const streams of STREAMS) {
     const o: Outcome = { turns: 0, split: 0, pairs: 0, merged: 0, latency: [], errors: 0, words: 0 };
     for (let k = 0; k < clips.length; k += streams)
-      await Promise.all(clips.slice(k, k + streams).map((c) => run(c, level, o)));
+      await Promise.all(
+        clips.slice(k, k + streams).map((c) =>
+          run(c, level, o).catch((err: unknown) => {
+            // What the server said last (warnings and errors), then the failure.
+            const said = ctx.logs.lines.filter((l) => /"level":(40|50|60)/.test(l)).slice(-10);
+            console.error(`${c.file} (${level}): ${String(err)}\n${said.join('\n')}`);
+            throw err;
+          }),
+        ),
+      );
     console.log(
       `| ${level} | ${streams} | ${pct(o.split, o.turns)} (${o.split}/${o.turns}) | ${pct(o.merged, o.pairs)} (${o.merged}/${o.pairs}) | ${ms(percentile(o.latency, 50))} ms | ${ms(percentile(o.latency, 95))} ms | ${ms(Math.max(...o.latency))} ms | ${pct(o.errors, o.words)} |`,
     );
