@@ -20,7 +20,11 @@ export async function createRealtimeDeps(
   logger: Logger,
 ): Promise<RealtimeDeps & { close(): Promise<void> }> {
   if (!config.databaseUrl) throw new Error('DATABASE_URL is required for the realtime process');
-  const platform = createPlatform(config, logger);
+  // Sessions decode with the streaming form; the clip form is its fallback, started when first needed.
+  const speech = config.speech.builtin.streaming
+    ? { ...config.speech, builtin: { ...config.speech.builtin, clipOnDemand: true } }
+    : config.speech;
+  const platform = createPlatform({ ...config, speech }, logger);
   await migrateIfConfigured(platform);
   await assertKeyPlansKnown(platform).catch(async (err: unknown) => {
     await platform.close();

@@ -60,6 +60,11 @@ export interface SpeechConfig {
   builtin: {
     /** Decoder threads (one PocketSphinx decoder each). */
     threads: number;
+    /**
+     * The clip threads start with the first clip request instead of at once (the realtime tier, where
+     * the clip form is only a fallback: about 110 MiB per thread not held until one is needed).
+     */
+    clipOnDemand?: boolean;
     /** Acoustic model directory, language model, pronunciation dictionary. */
     hmm: string;
     lm: string;

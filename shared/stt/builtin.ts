@@ -71,6 +71,8 @@ export class BuiltinEngine implements SpeechEngine {
   /** Threads that exited before their decoder loaded, while none ever loaded. */
   private loadFailures = 0;
   private everReady = false;
+  /** The clip threads have been started (at once, or with the first clip when `clipOnDemand`). */
+  private spawned = false;
   private broken: Error | undefined;
   /** Prompts and vocabularies (bias/); undefined when the lexicon could not be made. */
   private readonly bias: PromptBias | undefined;
@@ -85,16 +87,28 @@ export class BuiltinEngine implements SpeechEngine {
       this.markFailed = reject;
     });
     this.readyOnce.catch(() => {}); // callers that never wait must not see an unhandled rejection
-    for (let i = 0; i < cfg.threads; i++) this.spawn(i);
+    // On demand: nothing to wait for until the first clip (the streaming form's start checks the models).
+    if (cfg.clipOnDemand) this.markReady();
+    else this.spawnAll();
   }
 
-  /** Resolves when at least one decoder is loaded; rejects when decoders cannot load at all (bad models or arguments). */
+  /** The clip threads, once. */
+  private spawnAll(): void {
+    if (this.spawned) return;
+    this.spawned = true;
+    for (let i = 0; i < this.cfg.threads; i++) this.spawn(i);
+  }
+
+  /**
+   * Resolves when at least one decoder is loaded (at once with `clipOnDemand`); rejects when decoders
+   * cannot load at all (bad models or arguments).
+   */
   ready(): Promise<void> {
     return this.readyOnce;
   }
 
   workerIds(): string[] {
-    return this.threads.map((t) => `builtin-${t.index}`);
+    return Array.from({ length: this.cfg.threads }, (_, i) => `builtin-${i}`);
   }
 
   stats(): { threads: number; ready: number; busy: number; queued: number } {
@@ -130,7 +144,8 @@ export class BuiltinEngine implements SpeechEngine {
   }
 
   healthy(): Promise<boolean> {
-    return Promise.resolve(!this.closed && !this.broken && this.threads.some((t) => t.ready));
+    const up = this.threads.some((t) => t.ready) || (this.cfg.clipOnDemand === true && !this.spawned);
+    return Promise.resolve(!this.closed && !this.broken && up);
   }
 
   transcribe(req: TranscribeRequest): Promise<TranscribeResult> {
@@ -152,7 +167,7 @@ export class BuiltinEngine implements SpeechEngine {
     if (req.workerId !== undefined) {
       const m = /^builtin-(\d+)$/.exec(req.workerId);
       pinned = m ? Number(m[1]) : undefined;
-      if (pinned === undefined || pinned >= this.threads.length) {
+      if (pinned === undefined || pinned >= this.cfg.threads) {
         throw new SpeechError(`Unknown worker "${req.workerId}".`, 'unknown_worker', false);
       }
     }
@@ -217,6 +232,7 @@ export class BuiltinEngine implements SpeechEngine {
           reject(e);
         };
         if (req.signal?.aborted) return onAbort();
+        this.spawnAll();
         this.queue.push(job);
         this.pump();
       },

@@ -183,3 +183,39 @@ describe('speech: built-in PocketSphinx engine (worker threads)', function () {
     );
   });
 });
+
+describe('speech: clip threads on demand (the realtime tier, where the clip form is a fallback)', function () {
+  this.timeout(60_000);
+  const logger = createLogger({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+  it('holds no clip decoder until the first clip, then starts them and answers it', async () => {
+    const config = loadConfig({ STT_THREADS: '1' });
+    const engine = new BuiltinEngine({ ...config.speech.builtin, clipOnDemand: true }, logger);
+    try {
+      await engine.ready();
+      expect(engine.stats().threads, 'none started').to.equal(0);
+      expect(await engine.healthy()).to.equal(true);
+      expect(engine.workerIds()).to.deep.equal(['builtin-0']);
+      const c = loadClips().find((x) => x.file === 'jfk.wav')!;
+      const r = await engine.transcribe({ pcm: pcmOf(c.path), workerId: 'builtin-0' });
+      expect(wer(c.reference, r.text)).to.be.below(0.35);
+      expect(engine.stats()).to.include({ threads: 1, ready: 1 });
+      expect(await engine.healthy()).to.equal(true);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it('is how the realtime process builds its engine when the streaming form is on', async () => {
+    const { createRealtimeDeps } = await import('../../realtime/main.js');
+    const { createTestDatabase } = await import('../helpers/db.js');
+    const db = await createTestDatabase('stt_clip_demand');
+    const deps = await createRealtimeDeps(loadConfig({ DATABASE_URL: db.url, STT_THREADS: '1' }), logger);
+    try {
+      expect((deps.engine as BuiltinEngine).stats().threads).to.equal(0);
+    } finally {
+      await deps.close();
+      await db.drop();
+    }
+  });
+});
