@@ -108,11 +108,17 @@ export function rebindC23(elf: Buffer): Buffer | undefined {
   return out;
 }
 
-/** A folder of the temporary one that only this user can write: nobody else plants the copy. */
-function privateDir(): string {
-  const dir = path.join(os.tmpdir(), `stt-uws-${process.getuid?.() ?? 'user'}`);
+/**
+ * A folder of the temporary one that only this user can write: nobody else plants the copy. A real
+ * folder, not a link: another user could point a link of theirs at one of ours while it is checked and
+ * at one of theirs when the copy is loaded (found in a hostile pass; the sticky temporary folder keeps
+ * others from moving a folder we own).
+ */
+export function privateDir(base = os.tmpdir()): string {
+  const dir = path.join(base, `stt-uws-${process.getuid?.() ?? 'user'}`);
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const st = fs.statSync(dir);
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory()) throw new Error(`${dir} is not a folder: refusing to load uWebSockets.js from it`);
   if ((process.getuid && st.uid !== process.getuid()) || (st.mode & 0o022) !== 0) {
     throw new Error(`${dir} is writable by other users: refusing to load uWebSockets.js from it`);
   }

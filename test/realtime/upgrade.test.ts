@@ -7,11 +7,12 @@
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
 import { issueSessionToken } from '../../shared/auth/index.js';
 import { isNativeUws, loadUws } from '../../realtime/uws.js';
-import { loadablePath, needsGlibcShim, rebindC23 } from '../../realtime/uwsGlibc.js';
+import { loadablePath, needsGlibcShim, privateDir, rebindC23 } from '../../realtime/uwsGlibc.js';
 import { startApi } from '../../api/server.js';
 import { createTestApp } from '../helpers/app.js';
 import { loadConfig } from '../../shared/config/index.js';
@@ -437,6 +438,24 @@ describe('realtime: native uWebSockets.js guard', () => {
     expect(text).to.include('__isoc99_sscanf');
     if (needsGlibcShim()) expect(loadablePath(addon)).to.not.equal(addon);
     expect(fs.readFileSync(addon).equals(before)).to.equal(true);
+  });
+
+  it('keeps the rebound copy in a folder only this user can write: not a shared one, not a link', () => {
+    const base = fs.mkdtempSync(path.join(os.tmpdir(), 'uws-dir-'));
+    try {
+      const dir = privateDir(base);
+      expect(fs.lstatSync(dir).mode & 0o777).to.equal(0o700);
+      fs.chmodSync(dir, 0o777);
+      expect(() => privateDir(base)).to.throw(/writable by other users/);
+      // A link where the folder should be, even to a private folder of ours, could be turned elsewhere.
+      fs.rmSync(dir, { recursive: true });
+      const ours = fs.mkdtempSync(path.join(base, 'ours-'));
+      fs.chmodSync(ours, 0o700);
+      fs.symlinkSync(ours, dir);
+      expect(() => privateDir(base)).to.throw(/not a folder/);
+    } finally {
+      fs.rmSync(base, { recursive: true, force: true });
+    }
   });
 
   it('refuses to start when the addon cannot load', function () {
