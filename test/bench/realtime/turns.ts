@@ -188,8 +188,10 @@ for (const level of LEVELS) {
       await Promise.all(
         clips.slice(k, k + streams).map((c) =>
           run(c, level, o).catch((err: unknown) => {
-            // What the server said last (warnings and errors), then the failure.
-            const said = ctx.logs.lines.filter((l) => /"level":(40|50|60)/.test(l)).slice(-10);
+            // What the server said last (warnings, errors, how sessions ended: uWS's reason for a 1006).
+            const said = ctx.logs.lines
+              .filter((l) => /"level":(40|50|60)/.test(l) || l.includes('realtime session ended'))
+              .slice(-10);
             console.error(`${c.file} (${level}): ${String(err)}\n${said.join('\n')}`);
             throw err;
           }),
