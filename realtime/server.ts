@@ -10,7 +10,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import type { us_listen_socket, WebSocketBehavior } from 'uWebSockets.js';
+import type { TemplatedApp, us_listen_socket, WebSocketBehavior } from 'uWebSockets.js';
 import type { Config } from '../shared/config/index.js';
 import type { Authenticator } from '../shared/auth/index.js';
 import type { LimitsDriver } from '../shared/limits/index.js';
@@ -151,10 +151,10 @@ export async function startRealtime(
 
   const host = opts.host ?? rt.host;
   const listenSocket = await new Promise<us_listen_socket>((resolve, reject) => {
-    app.listen(host, opts.port ?? rt.port, (sock) =>
+    listenExclusive(app, host, opts.port ?? rt.port, (sock) =>
       sock
         ? resolve(sock)
-        : reject(new Error(`realtime could not listen on ${host}:${opts.port ?? rt.port}`)),
+        : reject(new Error(`realtime could not listen on ${host}:${opts.port ?? rt.port} (is it in use?)`)),
     );
   });
   const port = uWS.us_socket_local_port(listenSocket);
@@ -176,4 +176,28 @@ export async function startRealtime(
     })());
 
   return { port, breaker, sessions, quota, meter, vad, stop };
+}
+
+/**
+ * Listens with the port to itself. By default uSockets sets SO_REUSEPORT, so a
+ * second process on the same port (a stale instance, another program's
+ * uWebSockets.js) binds it too and the kernel silently hands it half the new
+ * connections; with LIBUS_LISTEN_EXCLUSIVE_PORT that second bind fails
+ * instead. The package's typings lack the (host, port, options, cb) form its
+ * addon takes, hence the cast.
+ */
+function listenExclusive(
+  app: TemplatedApp,
+  host: string,
+  port: number,
+  cb: (sock: us_listen_socket | false) => void,
+): void {
+  const LIBUS_LISTEN_EXCLUSIVE_PORT = 1; // uWS.ListenOptions, a type-only enum
+  (app.listen as unknown as (h: string, p: number, o: number, c: typeof cb) => TemplatedApp).call(
+    app,
+    host,
+    port,
+    LIBUS_LISTEN_EXCLUSIVE_PORT,
+    cb,
+  );
 }

@@ -52,6 +52,14 @@ describe('faults: the realtime process killed during active streaming', function
     ({ proc: rt, wsUrl } = realtime);
   });
 
+  // A failed case shows how the realtime process saw it: its warnings, its session ends (uWS's reason for a 1006) and whether it still runs.
+  afterEach(function () {
+    if (this.currentTest?.state !== 'failed' || !rt) return;
+    const lines = rt.logLines().filter((l) => Number(l.level) >= 40 || l.msg === 'realtime session ended');
+    const exit = rt.alive ? 'running' : `exited ${rt.child.exitCode ?? rt.child.signalCode}`;
+    console.error(`realtime process (${exit}):\n${lines.map((l) => JSON.stringify(l)).join('\n')}\n${rt.output.slice(-2000)}`);
+  });
+
   after(async () => {
     await rt?.stop();
     await api?.proc.stop();

@@ -239,9 +239,12 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
     const events: Record<string, any>[] = [];
     const waiters = new Set<() => void>();
     let closeInfo: { code: number; reason: string } | undefined;
+    // An error the client itself found (a frame it could not read) closes it 1006 without a reason: keep it to name the cause.
+    let clientError: Error | undefined;
+    ws.on('error', (err) => (clientError ??= err));
     const closed = new Promise<{ code: number; reason: string }>((r) =>
       ws.on('close', (code, reason) => {
-        closeInfo = { code, reason: reason.toString() };
+        closeInfo = { code, reason: reason.toString() || (clientError ? `(client error: ${clientError.message})` : '') };
         r(closeInfo);
         for (const w of waiters) w();
       }),

@@ -26,11 +26,14 @@ import {
   repoRoot,
   SESSION_SECRET,
   eventually,
+  forkRealtime,
   usageRows,
   type RealtimeTestContext,
 } from './helpers.js';
 import { startSpeechUpstream, type SpeechUpstream } from './upstream.js';
 import { seriesValue } from '../helpers/metrics.js';
+import { freePort } from '../faults/cluster.js';
+import type { us_listen_socket } from 'uWebSockets.js';
 
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
 
@@ -54,6 +57,28 @@ describe('realtime upgrade', function () {
     const res = await fetch(`${ctx.base}/v1/audio/transcriptions/stream`);
     expect(res.status).to.equal(426);
     expect((await res.json()).error.code).to.equal('websocket_required');
+  });
+
+  it('holds its port alone: the process does not start on a port another uWebSockets.js app listens on', async function () {
+    this.timeout(60_000);
+    // uSockets' default listen sets SO_REUSEPORT: with it the realtime process bound this port too, and the
+    // kernel handed the other listener part of its new connections.
+    const uws = loadUws();
+    const port = await freePort();
+    const sock = await new Promise<us_listen_socket | false>((r) => uws.App().listen('127.0.0.1', port, r));
+    expect(sock, 'the other listener').to.not.equal(false);
+    try {
+      const err = await forkRealtime(ctx.testDb.url, { REALTIME_PORT: String(port), LOG_LEVEL: 'silent' }).then(
+        async (child) => {
+          await child.kill();
+          return undefined;
+        },
+        (e: Error) => e,
+      );
+      expect(err?.message, 'the realtime process on a shared port').to.match(/child exited [1-9]/);
+    } finally {
+      if (sock) uws.us_listen_socket_close(sock);
+    }
   });
 
   it('serves /health and /readyz', async () => {
