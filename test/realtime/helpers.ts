@@ -62,6 +62,18 @@ class Sink extends Writable {
   }
 }
 
+/** The logs of this process's open realtime contexts: a client's 1006 is explained by how its server saw it end. */
+const liveLogs = new Set<Sink>();
+
+/** The server's `realtime session ended` record of a session, from an open context in this process, if any. */
+function serverSideEnd(sessionId: unknown): string {
+  if (typeof sessionId !== 'string') return '';
+  for (const sink of liveLogs)
+    for (const line of sink.lines)
+      if (line.includes(sessionId) && line.includes('"realtime session ended"')) return ` (server: ${line})`;
+  return '';
+}
+
 export interface RealtimeTestContext {
   rt: RunningRealtime;
   url: string;
@@ -121,6 +133,7 @@ export async function createRealtimeContext(opts: {
     opts.overrides,
   );
   const logs = new Sink();
+  liveLogs.add(logs);
   const logger = createLogger({ level: opts.logLevel ?? 'info' }, logs);
   // The realtime process's own kernel, with the test's engine and, for Redis limits, a prefix of its own.
   const platform = createPlatform(
@@ -153,6 +166,7 @@ export async function createRealtimeContext(opts: {
       return { key: rec.key!, id: rec.id };
     },
     async close() {
+      liveLogs.delete(logs);
       await rt.stop();
       await platform.close();
       if (!opts.testDb) await testDb.drop();
@@ -268,7 +282,8 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
               cleanup();
               rej(
                 new Error(
-                  `closed ${closeInfo.code} ${closeInfo.reason} before condition; events: ${events.map((e) => e.type).join(',')}`,
+                  `closed ${closeInfo.code} ${closeInfo.reason} before condition; events: ${events.map((e) => e.type).join(',')}` +
+                    serverSideEnd(events.find((e) => e.type === 'session.created')?.session_id),
                 ),
               );
             }
