@@ -1,34 +1,26 @@
 /**
  * A session's utterances: audio in (lead-in, VAD), segments out (speech
- * started, stopped), each sent to the speech engine (streaming decoder while
- * it is spoken, or the clip form at its end) and answered with exactly one
- * `completed`, in the order of interface 6.1. Also the accounting the limits
- * are checked against: audio received, dropped, in flight.
- *
- * Failure policy (decisions.md): every utterance that produced
- * `speech_stopped` gets exactly one `...transcription.completed`; when the
- * upstream fails the completed event carries `text: ""` and
- * `error: {code, message}`, preceded by an `error` event with the same
- * `utterance_index` and code `transcription_failed`.
+ * started, stopped, in the order of interface 6.1), each fed to a streaming
+ * decoder while it is spoken and handed at its end to ./transcripts.ts, which
+ * answers it with exactly one `completed`. Also the accounting the limits are
+ * checked against: audio received, dropped, and the bound on utterances in
+ * flight. Every utterance that produced `speech_stopped` gets its
+ * `completed`, a failed one included (decisions.md).
  */
 import type { Logger } from 'pino';
 import type { Principal } from '../shared/auth/index.js';
 import { PCM_BYTES_PER_SECOND, PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
-import {
-  type SpeechEngine,
-  type SpeechStream,
-  type StreamingUtterance,
-  type TranscribeResult,
-} from '../shared/stt/types.js';
+import type { SpeechEngine, SpeechStream, StreamingUtterance } from '../shared/stt/types.js';
 import type { RealtimeConfig } from '../shared/config/realtime.js';
 import type { SegmenterEvent } from './vad/segmenter.js';
 import type { VadEvent, VadService, VadStream } from './vad/service.js';
 import type { SessionSettings } from './options.js';
-import { countsAgainstUpstream, type CircuitBreaker } from './breaker.js';
+import type { CircuitBreaker } from './breaker.js';
 import { LeadIn } from './leadIn.js';
 import { judgePause, logVerdict, type PauseInfo } from './turnEnd.js';
 import { events, type FlushPurpose } from './protocol.js';
-import { COMMIT_EMPTY, type CompletedBase, type SessionEvent, type Throttled } from './wire.js';
+import { COMMIT_EMPTY, type SessionEvent, type Throttled } from './wire.js';
+import { Transcripts } from './transcripts.js';
 import {
   budgetRoom,
   dropReason,
@@ -64,16 +56,6 @@ export interface UtteranceHost {
   finalClose(): void;
 }
 
-interface Pending {
-  index: number;
-  bytes: number;
-  abort: AbortController;
-  timedOut: boolean;
-  stoppedAt: number;
-  /** Fields of the completed event known before the upstream answers. */
-  base: CompletedBase;
-}
-
 export class UtteranceTracker {
   private vad: VadStream | null = null;
   /** Where the VAD's view of the session starts (realtime/leadIn.ts). */
@@ -94,8 +76,8 @@ export class UtteranceTracker {
   private openLanguage = '';
   private openPrompt: string | undefined;
   private openStartMs = 0;
-  private readonly pending = new Map<number, Pending>();
-  private inFlightBytes = 0;
+  /** Ended utterances awaiting the engine. */
+  private readonly transcripts: Transcripts;
   private audioBytes = 0;
   /** Audio received but dropped with an utterance that could not start (max_concurrent_utterances): not billed. */
   private unbilledBytes = 0;
@@ -107,19 +89,23 @@ export class UtteranceTracker {
   constructor(
     private readonly host: UtteranceHost,
     private readonly deps: UtteranceDeps,
-  ) {}
+  ) {
+    this.transcripts = new Transcripts(host, deps, () => {
+      if (this.host.state === 'draining' && this.idle) queueMicrotask(() => this.host.finalClose());
+    });
+  }
 
   get audioSeconds(): number {
     return (this.audioBytes - this.unbilledBytes) / PCM_BYTES_PER_SECOND;
   }
 
   get inFlight(): { utterances: number; bytes: number } {
-    return { utterances: this.pending.size, bytes: this.inFlightBytes };
+    return { utterances: this.transcripts.count, bytes: this.transcripts.bytes };
   }
 
   /** Nothing in flight: no utterance awaiting the engine, no flush awaiting the VAD. */
   get idle(): boolean {
-    return this.pending.size === 0 && this.flushing === 0;
+    return this.transcripts.count === 0 && this.flushing === 0;
   }
 
   /** New settings reach the VAD at once (language and prompt apply to utterances that start later). */
@@ -149,10 +135,10 @@ export class UtteranceTracker {
     const cfg = this.deps.config;
     const limits = this.host.principal.limits;
     const drop = dropReason({
-      inFlightUtterances: this.pending.size,
+      inFlightUtterances: this.transcripts.count,
       maxConcurrentUtterances: limits.maxConcurrentUtterances,
       utteranceOpen: this.vadOpen,
-      inFlightBytes: this.inFlightBytes,
+      inFlightBytes: this.transcripts.bytes,
       softBytes: cfg.upstreamSoftBytes,
     });
     if (drop) return this.throttle(buf.length, drop);
@@ -195,8 +181,8 @@ export class UtteranceTracker {
         reason,
         droppedBytes: this.droppedBytes,
         droppedMs: Math.round((this.droppedBytes / PCM_BYTES_PER_SECOND) * 1000),
-        inFlightUtterances: this.pending.size,
-        inFlightBytes: this.inFlightBytes,
+        inFlightUtterances: this.transcripts.count,
+        inFlightBytes: this.transcripts.bytes,
         maxConcurrentUtterances: this.host.principal.limits.maxConcurrentUtterances,
       }),
     );
@@ -210,8 +196,7 @@ export class UtteranceTracker {
         const f = this.flushes.shift();
         if (f?.purpose === 'commit' && !f.ended && this.host.state !== 'closed')
           this.host.emit({ type: COMMIT_EMPTY });
-        if (this.host.state === 'draining' && this.flushing === 0 && this.pending.size === 0)
-          this.host.finalClose();
+        if (this.host.state === 'draining' && this.idle) this.host.finalClose();
       } else {
         this.handle(ev);
       }
@@ -230,7 +215,7 @@ export class UtteranceTracker {
       // The bound on utterances in flight (3.3) holds even when several start and stop within one
       // batch of audio or speech continues past a max_duration split: an utterance that would exceed
       // it is not started; its audio is dropped and reported with service.throttled when it ends.
-      if (this.pending.size >= this.host.principal.limits.maxConcurrentUtterances) {
+      if (this.transcripts.count >= this.host.principal.limits.maxConcurrentUtterances) {
         this.dropping = true;
         this.deps.onUtterance?.('dropped');
         return;
@@ -278,16 +263,16 @@ export class UtteranceTracker {
       // Sending speech_stopped may itself have closed the session (a client that stopped reading):
       // nothing more can reach it, so the utterance is not sent upstream.
       if ((this.host.state as SessionState) === 'closed') return streaming?.cancel();
-      this.transcribe(
+      this.transcripts.send({
         index,
-        ev.pcm,
-        ev.audioStartMs,
-        ev.speechMs,
+        pcm: ev.pcm,
+        startSample: this.sessionSample(ev.audioStartMs),
+        speechMs: ev.speechMs,
         stoppedAt,
-        this.openLanguage,
-        this.openPrompt,
+        language: this.openLanguage,
+        prompt: this.openPrompt,
         streaming,
-      );
+      });
     }
   }
 
@@ -304,111 +289,12 @@ export class UtteranceTracker {
     );
   }
 
-  private transcribe(
-    index: number,
-    pcm: Buffer,
-    /** Where the utterance starts in the VAD's view of the session (ms). */
-    startMs: number,
-    speechMs: number,
-    stoppedAt: number,
-    language: string,
-    prompt: string | undefined,
-    /** The utterance was fed to a streaming decoder as it was spoken: only its end is left. */
-    streaming: StreamingUtterance | null,
-  ): void {
-    const cfg = this.deps.config;
-    const audioMs = Math.round((pcm.length / PCM_BYTES_PER_SECOND) * 1000);
-    const abort = new AbortController();
-    const base = events.completedBase(index, language === 'auto' ? '' : language, audioMs, speechMs);
-    const p: Pending = { index, bytes: pcm.length, abort, timedOut: false, stoppedAt, base };
-    this.pending.set(index, p);
-    this.inFlightBytes += pcm.length;
-    if (this.inFlightBytes > cfg.upstreamHardBytes) {
-      streaming?.cancel();
-      this.host.end('upstreamBackpressure');
-      return;
-    }
-    const timer = setTimeout(() => {
-      p.timedOut = true;
-      abort.abort(new Error('transcription timed out'));
-    }, cfg.transcribeTimeoutMs);
-    const result: Promise<TranscribeResult> = streaming
-      ? streaming.finish(abort.signal)
-      : this.deps.engine.transcribe({
-          pcm,
-          streamPosition: this.sessionSample(startMs),
-          language: language === 'auto' ? undefined : language,
-          prompt,
-          vocabulary: this.host.principal.vocabulary,
-          model: this.host.settings.sttModel,
-          signal: abort.signal,
-        });
-    result
-      .then(
-        (r) => {
-          this.deps.breaker.success();
-          if (!this.settle(p)) return;
-          const latency = this.host.now() - stoppedAt;
-          // Word times on the session's audio (seconds from its first sample), as verbose_json gives them.
-          const at = this.sessionSample(startMs) / PCM_SAMPLE_RATE;
-          this.host.emit(events.completed(base, r, { at, latencyMs: Math.round(latency), language }));
-          this.deps.onCompleted?.(latency, r.engineMs);
-          this.deps.onUtterance?.('completed');
-        },
-        (err: unknown) => {
-          const e = err as { code?: string; message?: string; retryable?: boolean };
-          if (countsAgainstUpstream(err, abort.signal.aborted)) this.deps.breaker.failure();
-          if (!this.settle(p)) return;
-          this.deps.logger.warn(
-            { err, sessionId: this.host.sessionId, index },
-            'utterance transcription failed',
-          );
-          this.failUtterance(
-            index,
-            base,
-            stoppedAt,
-            e.code ?? 'transcription_failed',
-            e.message ?? 'transcription failed',
-          );
-          if (this.deps.breaker.isOpen && this.host.state === 'open') this.host.end('upstreamUnavailable');
-        },
-      )
-      .finally(() => clearTimeout(timer));
-  }
-
-  private failUtterance(
-    index: number,
-    base: CompletedBase,
-    stoppedAt: number,
-    upstreamCode: string,
-    message: string,
-  ): void {
-    this.host.emit(events.transcriptionFailed(index, message, upstreamCode));
-    this.host.emit(events.failedCompleted(base, Math.round(this.host.now() - stoppedAt), message));
-    this.deps.onUtterance?.('failed');
-  }
-
-  /** Removes a finished utterance; false when the session already reported it. */
-  private settle(p: Pending): boolean {
-    if (!this.pending.delete(p.index)) return false;
-    this.inFlightBytes -= p.bytes;
-    if (this.host.state === 'draining' && this.pending.size === 0 && this.flushing === 0)
-      queueMicrotask(() => this.host.finalClose());
-    return this.host.state !== 'closed';
-  }
-
   /**
    * The session is closing for good (events still writable): utterances in flight and the one
    * still open are reported as failed, never left silent.
    */
   failAll(closeCode: number, closeReason: string): void {
-    for (const p of [...this.pending.values()]) {
-      p.abort.abort(new Error('session closed'));
-      this.pending.delete(p.index);
-      this.inFlightBytes -= p.bytes;
-      const why = `session closed (${closeReason || closeCode}) before the transcription finished`;
-      this.failUtterance(p.index, p.base, p.stoppedAt, 'session_closed', why);
-    }
+    this.transcripts.failAll(closeCode, closeReason);
     // An utterance still open (an abrupt close: 1009, 1011, 1013) was announced with speech_started:
     // it gets its speech_stopped (reason session_closed) and a failed completed, never silence.
     if (this.openIndex >= 0 && !this.dropping) {
@@ -425,15 +311,13 @@ export class UtteranceTracker {
       );
       const language = this.openLanguage === 'auto' ? '' : this.openLanguage;
       const base = events.completedBase(index, language, 0, 0);
-      this.failUtterance(index, base, this.host.now(), 'session_closed', why);
+      this.transcripts.fail(index, base, this.host.now(), 'session_closed', why);
     }
   }
 
   /** The client went away: utterances in flight are abandoned (nothing can be reported). */
   abandon(): void {
-    for (const p of this.pending.values()) p.abort.abort(new Error('client went away'));
-    this.pending.clear();
-    this.inFlightBytes = 0;
+    this.transcripts.abandon();
   }
 
   /** Releases the VAD stream and the engine's decoders. */
