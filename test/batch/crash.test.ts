@@ -179,7 +179,11 @@ describe('batch: a job whose worker died before taking the workflow (pg-boss hea
     expect(done.job_id, 'run from the same job').to.equal(dead.id);
     expect(done.runs).to.equal(1);
     expect(done.lapses).to.equal(0);
-    const finished = await job();
+    // The worker completes the pg-boss job after it writes the workflow's end: wait for it, not assume it.
+    const finished = await waitFor(async () => {
+      const j = await job();
+      return j.state === 'completed' ? j : undefined;
+    }, 10_000).catch(async () => job());
     expect(finished.state).to.equal('completed');
     expect(finished.retryCount).to.equal(1);
   });
