@@ -122,6 +122,24 @@ describe('net: outbound fetch guard', function () {
     expect(ok.bytes).to.equal(100_000);
   });
 
+  it('an already aborted request is refused "aborted" and throws nothing uncaught (it once crashed the process)', async () => {
+    // The request was destroyed before its error listener was on: Node's "socket hang up" was uncaught.
+    const uncaught: unknown[] = [];
+    const hold = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    const record = (err: unknown) => uncaught.push(err);
+    process.on('uncaughtException', record);
+    try {
+      const c = new OutboundClient(['127.0.0.1']);
+      await expectCode(c.request(`${base}/slow`, { signal: AbortSignal.abort() }), 'aborted');
+      await new Promise((r) => setTimeout(r, 100));
+    } finally {
+      process.off('uncaughtException', record);
+      for (const l of hold) process.on('uncaughtException', l);
+    }
+    expect(uncaught.map(String)).to.deep.equal([]);
+  });
+
   it('POSTs without following redirects', async () => {
     const c = new OutboundClient(['127.0.0.1']);
     const r = await c.request(`${base}/redirect?to=/x`, { method: 'POST', body: '{}' });

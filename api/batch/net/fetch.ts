@@ -201,6 +201,19 @@ export class OutboundClient {
         lookup: this.guardedLookup(host),
         timeout: opts.connectTimeoutMs ?? this.defaults.connectTimeoutMs ?? OUTBOUND_CONNECT_TIMEOUT_MS,
       });
+      // Heard before anything can destroy the request: a request destroyed before its response emits
+      // "socket hang up", which unheard is uncaught (an already aborted signal did that, below).
+      req.on('error', (err) => {
+        if (err instanceof OutboundError) return fail(err);
+        const cause = (err as { cause?: unknown }).cause;
+        if (cause instanceof OutboundError) return fail(cause);
+        fail(
+          new OutboundError(
+            'network_error',
+            `Request failed: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
+          ),
+        );
+      });
       // The sink failing (our disk full) ends the request with its own error; unheard, it would be uncaught.
       opts.sink?.on('error', fail);
       if (opts.signal) {
@@ -222,17 +235,6 @@ export class OutboundClient {
         });
       });
       req.on('timeout', () => fail(new OutboundError('timeout', 'Connecting timed out.')));
-      req.on('error', (err) => {
-        if (err instanceof OutboundError) return fail(err);
-        const cause = (err as { cause?: unknown }).cause;
-        if (cause instanceof OutboundError) return fail(cause);
-        fail(
-          new OutboundError(
-            'network_error',
-            `Request failed: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
-          ),
-        );
-      });
       req.on('response', (res) => {
         response = res;
         const status = res.statusCode ?? 0;
