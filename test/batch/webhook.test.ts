@@ -213,6 +213,8 @@ describe('batch: webhook delivery', function () {
     await waitFor(async () => (await deliveries(id)).length === 1, 30_000, 200);
     const sent = () => files.posts.filter((p) => p.path === '/lost').length;
     expect(sent()).to.equal(1);
+    // The worker finishes the step after it records the delivery: the loss is simulated once it has.
+    await settledWebhookJobs(id);
     // The state a process killed between finishing the job and queueing its delivery leaves behind.
     await t.deps.db('batch_webhook_deliveries').where({ workflow_id: id }).delete();
     await t.deps
@@ -233,6 +235,7 @@ describe('batch: webhook delivery', function () {
     );
     expect(recovered[0]).to.include({ attempt: 1, outcome: 'delivered' });
     expect(sent()).to.equal(2);
+    await settledWebhookJobs(id);
 
     // A failed attempt whose retry was never queued (the process died after recording it).
     await t.deps
