@@ -26,13 +26,12 @@ import {
   repoRoot,
   SESSION_SECRET,
   eventually,
-  forkRealtime,
   usageRows,
   type RealtimeTestContext,
 } from './helpers.js';
 import { startSpeechUpstream, type SpeechUpstream } from './upstream.js';
 import { seriesValue } from '../helpers/metrics.js';
-import { freePort } from '../faults/cluster.js';
+import { freePort, ServiceProcess } from '../faults/cluster.js';
 import type { us_listen_socket } from 'uWebSockets.js';
 
 const COMPLETED = 'conversation.item.input_audio_transcription.completed';
@@ -67,16 +66,29 @@ describe('realtime upgrade', function () {
     const port = await freePort();
     const sock = await new Promise<us_listen_socket | false>((r) => uws.App().listen('127.0.0.1', port, r));
     expect(sock, 'the other listener').to.not.equal(false);
+    const proc = ServiceProcess.spawn('realtime/main.ts', {
+      DATABASE_URL: ctx.testDb.url,
+      REALTIME_HOST: '127.0.0.1',
+      REALTIME_PORT: String(port),
+      MIGRATE_ON_START: 'false',
+      STT_THREADS: '1',
+      LOG_LEVEL: 'info',
+    });
     try {
-      const err = await forkRealtime(ctx.testDb.url, { REALTIME_PORT: String(port), LOG_LEVEL: 'silent' }).then(
-        async (child) => {
-          await child.kill();
-          return undefined;
-        },
-        (e: Error) => e,
+      // It either listens (the port shared) or exits saying why.
+      const listening = await proc
+        .waitForOutput(/"msg":"realtime listening"/, 45_000)
+        .then(() => true)
+        .catch(() => false);
+      expect(listening, 'the realtime process listened on a shared port').to.equal(false);
+      // Its output read to the end (the exit can come before the last lines).
+      await new Promise((r) =>
+        proc.child.stdout!.readableEnded && proc.child.stderr!.readableEnded ? r(null) : proc.child.once('close', r),
       );
-      expect(err?.message, 'the realtime process on a shared port').to.match(/child exited [1-9]/);
+      expect(proc.alive, 'the realtime process still runs').to.equal(false);
+      expect(proc.output).to.include(`could not listen on 127.0.0.1:${port} (is it in use?)`);
     } finally {
+      await proc.stop();
       if (sock) uws.us_listen_socket_close(sock);
     }
   });
