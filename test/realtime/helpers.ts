@@ -256,9 +256,27 @@ export function connect(url: string, opts: { headers?: Record<string, string> } 
     // An error the client itself found (a frame it could not read) closes it 1006 without a reason: keep it to name the cause.
     let clientError: Error | undefined;
     ws.on('error', (err) => (clientError ??= err));
+    // What the TCP socket itself saw, for a 1006 neither side chose: the peer's FIN, a reset (ECONNRESET),
+    // a write after the peer went (EPIPE), or a descriptor closed under it (EBADF).
+    const tcp: string[] = [];
+    ws.on('upgrade', (res) => {
+      const sock = res.socket;
+      sock.on('end', () => tcp.push(`FIN after ${sock.bytesRead} B read, ${sock.bytesWritten} B written`));
+      sock.on('error', (e: NodeJS.ErrnoException) => tcp.push(`socket ${e.code ?? e.message}`));
+    });
     const closed = new Promise<{ code: number; reason: string }>((r) =>
       ws.on('close', (code, reason) => {
-        closeInfo = { code, reason: reason.toString() || (clientError ? `(client error: ${clientError.message})` : '') };
+        closeInfo = {
+          code,
+          reason:
+            reason.toString() ||
+            [
+              clientError ? `(client error: ${clientError.message})` : '',
+              code === 1006 ? `(tcp: ${tcp.join('; ') || 'nothing seen'})` : '',
+            ]
+              .filter(Boolean)
+              .join(' '),
+        };
         r(closeInfo);
         for (const w of waiters) w();
       }),
