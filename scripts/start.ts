@@ -11,6 +11,7 @@
  * not a second code path: the same startApi() runs here and in api/main.ts.
  */
 import { loadConfig } from '../shared/config/index.js';
+import { REALTIME_NODE_FLAGS } from '../shared/config/realtime.js';
 import { createLogger } from '../shared/logger.js';
 import { loadOrCreateSecrets, markAnnounced } from './embedded/secrets.js';
 import { runEmbeddedPostgres, type RunningPostgres } from './embedded/postgresProcess.js';
@@ -239,7 +240,7 @@ async function startRealtimeProcess(): Promise<{ port: number; stop: () => Promi
           REALTIME_PORT: String(port),
           MIGRATE_ON_START: 'false',
         },
-        execArgv: ext === '.ts' ? ['--import', 'tsx'] : [],
+        execArgv: [...REALTIME_NODE_FLAGS, ...(ext === '.ts' ? ['--import', 'tsx'] : [])],
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       });
       child = c;

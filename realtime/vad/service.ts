@@ -15,10 +15,8 @@
  * After each `flush()` the stream delivers a `{type: 'flushed'}` marker once
  * the flush's own events have been delivered.
  */
-import path from 'node:path';
-import { createRequire } from 'node:module';
-import { pathToFileURL } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startThread } from '../../shared/workerThread.js';
 import { loadVad } from './factory.js';
 import type { PoolStats, Vad } from './vad.js';
 import { WINDOW_BYTES, type SegmenterOptions, type SegmenterSettings } from './segmenter.js';
@@ -165,19 +163,6 @@ export interface FromThread {
   ready?: boolean;
 }
 
-const RUNNING_TS = import.meta.url.endsWith('.ts');
-const THREAD_URL = new URL(`./thread${RUNNING_TS ? '.ts' : '.js'}`, import.meta.url);
-
-function startThread(workerData: unknown): Worker {
-  if (!RUNNING_TS) return new Worker(THREAD_URL, { workerData });
-  // Under tsx the thread needs tsx's loader too.
-  // (import.meta.resolve is not available under every loader; resolve through require.)
-  const tsxDir = path.dirname(createRequire(import.meta.url).resolve('tsx/package.json'));
-  const api = pathToFileURL(path.join(tsxDir, 'dist/esm/api/index.mjs')).href;
-  const boot = `import(${JSON.stringify(api)}).then((m) => { m.register(); return import(${JSON.stringify(THREAD_URL.href)}); })`;
-  return new Worker(boot, { eval: true, workerData });
-}
-
 const STAGE_BYTES = 64 * 1024;
 
 interface Lane {
@@ -234,7 +219,7 @@ export class ThreadedVad implements VadService {
     };
     await Promise.all(
       Array.from({ length: threads }, async () => {
-        const worker = startThread(perThread);
+        const worker = startThread(import.meta.url, './thread', perThread);
         const lane: Lane = {
           worker,
           outbox: [],

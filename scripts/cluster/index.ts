@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import S3rver from 's3rver';
 import { haproxyConfigPath, renderHaproxyConfig } from './haproxy.js';
 import { settingNames } from '../../shared/config/index.js';
+import { REALTIME_NODE_FLAGS } from '../../shared/config/realtime.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -128,6 +129,7 @@ export const REALTIME_ENV: Record<string, string> = {
   // behind busy cores is queueing (EngineBusyError), which the breaker does not count.
   STT_BUILTIN_TIMEOUT_BASE_MS: '30000',
 };
+const NODE_FLAGS: Record<Role, string[]> = { api: [], realtime: REALTIME_NODE_FLAGS, engine: [] };
 const ROLE_ENV: Record<Role, Record<string, string>> = { api: {}, realtime: REALTIME_ENV, engine: {} };
 
 const READY_PATH: Record<Role, string> = {
@@ -239,7 +241,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
         name,
         spec.role,
         process.execPath,
-        [path.join(dist, ENTRY[spec.role])],
+        [...NODE_FLAGS[spec.role], path.join(dist, ENTRY[spec.role])],
         env,
         opts,
       );

@@ -7,6 +7,11 @@ import type { PlanLimits } from '../plans.js';
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
 /** `service` in /health and `owned_by` of the model list. */
 export const SERVICE_NAME = 'stt-service';
+/**
+ * Young generation of every worker thread, MiB (Node's `resourceLimits.maxYoungGenerationSizeMb`: three
+ * semi-spaces of 2 MiB). V8's default grows each thread's to 48 MiB (docs/decisions/realtime.md, "Young generation").
+ */
+export const THREAD_YOUNG_GENERATION_MB = 6;
 /** Lifetime of `rt_` session tokens: the interface fixes 60 s (2.8). */
 export const SESSION_TOKEN_TTL_SECONDS = 60;
 /** A key lookup is trusted this long: a revoked key must be refused everywhere within 2 s. */

@@ -51,6 +51,14 @@ export interface SegmenterSettings {
   unjudgedSilenceMs?: number;
 }
 
+/**
+ * Node flags of the realtime process, wherever it is started (`npm start`, `npm run cluster`, compose,
+ * Kubernetes): semi-spaces of 2 MiB instead of V8's 16. Audio frames are short-lived; with the default
+ * the main thread's new space grew to 48 MiB resident under load (docs/decisions/platform.md,
+ * "Young generation").
+ */
+export const REALTIME_NODE_FLAGS = ['--max-semi-space-size=2'];
+
 export type Eagerness = 'low' | 'medium' | 'high' | 'auto';
 
 /**

@@ -20,7 +20,7 @@ import type { CloseRequest, DecodeJob, ThreadMessage } from './pocketsphinx/thre
 import { buildTranscript } from './transcript.js';
 import { normalizeLanguage } from './language.js';
 import { measured } from './metrics.js';
-import { startThread } from './workerThread.js';
+import { startThread } from '../workerThread.js';
 import { StreamingPool } from './streaming.js';
 import { promptBias, respell, specFor, type BiasSpec, type PromptBias } from './bias/index.js';
 import {
@@ -289,7 +289,7 @@ export class BuiltinEngine implements SpeechEngine {
   }
 
   private spawn(index: number): void {
-    const worker = startThread('./pocketsphinx/thread', {
+    const worker = startThread(import.meta.url, './pocketsphinx/thread', {
       hmm: this.cfg.hmm,
       lm: this.cfg.lm,
       ...this.lexicon(),

@@ -13,7 +13,7 @@ import { FRAME_SECONDS, gridSkip, SAMPLE_RATE, type RecognizedWord } from './poc
 import type { FromStreamThread, StreamThreadData, ToStreamThread } from './pocketsphinx/streamThread.js';
 import { normalizeLanguage } from './language.js';
 import { buildTranscript } from './transcript.js';
-import { startThread } from './workerThread.js';
+import { startThread } from '../workerThread.js';
 import { respell, specFor, type BiasSpec, type PromptBias } from './bias/index.js';
 import {
   EngineBusyError,
@@ -112,7 +112,7 @@ export class StreamingPool {
       sessionCmn: this.cfg.streamCmn,
       warm: Math.min(2, slots),
     };
-    const worker = startThread('./pocketsphinx/streamThread', data);
+    const worker = startThread(import.meta.url, './pocketsphinx/streamThread', data);
     const lane: Lane = {
       index,
       worker,

@@ -18,6 +18,7 @@ import { createArtifactStore, tenantStore } from '../../api/batch/storage/index.
 import { loadConfig } from '../../shared/config/index.js';
 import { createTestDatabase, TEST_REDIS_URL } from '../helpers/db.js';
 import { REALTIME_ENV, stopProcess, waitHttpOk, type Cluster } from '../../scripts/cluster/index.js';
+import { REALTIME_NODE_FLAGS } from '../../shared/config/realtime.js';
 import { wer } from '../speech/helpers.js';
 import {
   AUDIO_DIR,
@@ -242,6 +243,13 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
       );
       for (const name of ['realtime1', 'realtime2'])
         expect(proc(name).env[k], `${name} ${k}`).to.equal(TEST_ENV[k] ?? v);
+    }
+    // The same Node flags: compose's command, and the running processes' own command lines.
+    const command = ['node', ...REALTIME_NODE_FLAGS, 'dist/realtime/main.js'];
+    expect(block![1]).to.include(`command: [${command.map((a) => `'${a}'`).join(', ')}]`);
+    for (const name of ['realtime1', 'realtime2']) {
+      const argv = fs.readFileSync(`/proc/${proc(name).child.pid}/cmdline`, 'utf8').split('\0');
+      expect(argv.slice(1, -2), name).to.deep.equal(REALTIME_NODE_FLAGS);
     }
     // Segment and batch on the API keep the engine workers.
     for (const name of ['api1', 'api2']) expect(proc(name).env.STT_ENGINE).to.equal(undefined);

@@ -21,6 +21,7 @@ import S3rver from 's3rver';
 import { Webhook } from 'standardwebhooks';
 import { freePort, REALTIME_ENV, waitHttpOk } from '../../scripts/cluster/index.js';
 import { STREAM_PATH } from '../../shared/paths.js';
+import { REALTIME_NODE_FLAGS } from '../../shared/config/realtime.js';
 import { createTestDatabase, TEST_REDIS_URL, type TestDatabase } from '../helpers/db.js';
 import { startFileServer, type FileServer } from '../batch/helpers.js';
 import { parseAllDocuments } from 'yaml';
@@ -171,7 +172,7 @@ describe('image: docker/Dockerfile, each role as a read-only, non-root container
       PORT: String(ports.api),
       SHUTDOWN_DRAIN_DELAY_MS: '2000',
     });
-    await start('realtime', ['node', 'dist/realtime/main.js'], {
+    await start('realtime', ['node', ...REALTIME_NODE_FLAGS, 'dist/realtime/main.js'], {
       ...common,
       ...REALTIME_ENV,
       // Two decoders are enough here (each loads ~100 MiB); the topology's values are 5.

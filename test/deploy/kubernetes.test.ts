@@ -17,6 +17,7 @@ import { STREAM_PATH } from '../../shared/paths.js';
 import { WORKFLOW_QUEUE } from '../../api/batch/runtime.js';
 import { sessionsOpen } from '../../realtime/metrics.js';
 import { REALTIME_ENV } from '../../scripts/cluster/index.js';
+import { REALTIME_NODE_FLAGS } from '../../shared/config/realtime.js';
 import { repoRoot } from '../realtime/helpers.js';
 
 type Obj = Record<string, any>;
@@ -206,6 +207,7 @@ describe('deploy: Kubernetes manifests (kubectl kustomize) agree with the code',
   it('realtime pods run the topology of compose and `npm run cluster` (REALTIME_ENV)', () => {
     const env = envOf(main('realtime'));
     for (const [k, v] of Object.entries(REALTIME_ENV)) expect(env[k], k).to.equal(v);
+    expect(main('realtime').command).to.deep.equal(['node', ...REALTIME_NODE_FLAGS, 'dist/realtime/main.js']);
     // Segment and batch use the engine pods.
     expect(envOf(main('api')).STT_ENGINE).to.equal(undefined);
     expect(envOf(main('batch')).STT_ENGINE).to.equal(undefined);
@@ -249,7 +251,8 @@ describe('deploy: Kubernetes manifests (kubectl kustomize) agree with the code',
     }
     for (const d of deployments())
       for (const c of [...(d.spec.template.spec.initContainers ?? []), ...d.spec.template.spec.containers]) {
-        const entry = c.command[1] as string;
+        // The entry point: node's first argument that is not a flag.
+        const entry = (c.command as string[]).slice(1).find((a) => !a.startsWith('--'))!;
         const source = entry.replace(/^dist\//, '').replace(/\.js$/, '.ts');
         expect(fs.existsSync(path.join(repoRoot, source)), `${d.metadata.name}: ${source}`).to.equal(true);
       }

@@ -12,6 +12,7 @@ import { expect } from 'chai';
 import WebSocket from 'ws';
 import { freePort, leaks, ServiceProcess, sleep, tmpDir, waitFor } from './cluster.js';
 import { REALTIME_RETRY_AFTER_SECONDS } from '../../shared/config/platform.js';
+import { REALTIME_NODE_FLAGS } from '../../shared/config/realtime.js';
 
 type Upgrade = { status: number; retryAfter?: string; body?: string };
 
@@ -83,6 +84,9 @@ describe('faults: embedded start supervises its children', function () {
     );
     expect(pids.size, 'the realtime process logged').to.be.greaterThan(0);
     const pid = [...pids].at(-1)!;
+    // Started with the realtime process's Node flags, as every deployment starts it.
+    const argv = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    for (const flag of REALTIME_NODE_FLAGS) expect(argv, 'the realtime command line').to.include(flag);
     // A client streaming at the time of the crash: its connection is what the old listener leaves behind.
     const open = new WebSocket(`${baseUrl.replace('http', 'ws')}/v1/audio/transcriptions/stream`, {
       headers: { authorization: `Bearer ${key}` },
