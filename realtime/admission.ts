@@ -320,6 +320,12 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
         metrics.upgrades.inc({ outcome: 'accepted' });
         occupancy.admitted(owner);
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
+        // Closed before res.cork returned: uWebSockets' cork bug (realtime/lifecycle.ts), not the client.
+        if (data.closed)
+          log.warn(
+            { sessionId },
+            'the connection closed inside its upgrade (uWebSockets async-upgrade cork bug); no session was created',
+          );
       })()
         .catch((err) => {
           log.error({ err }, 'realtime upgrade failed');

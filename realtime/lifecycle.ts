@@ -119,7 +119,13 @@ export class SessionLifecycle {
         'realtime session ended',
       );
     };
-    session.start();
+    // session.created goes out once the upgrade call has returned, not inside it: uWebSockets.js 20.57's
+    // HttpResponse.cork() can close a socket upgraded inside it (it misreads the new WebSocket's memory
+    // as the HTTP response's state; uNetworking/uWebSockets#1929, fixed upstream, in no npm build yet).
+    // A client then sees the connection end before any session existed, never a session cut short.
+    queueMicrotask(() => {
+      if (!data.closed) session.start();
+    });
   }
 
   /**
