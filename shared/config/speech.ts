@@ -167,6 +167,13 @@ export const SPHINXBASE_LIBRARY = 'libsphinxbase.so.3';
 export const POCKETSPHINX_ARGS = ['-fwdflat', 'no'];
 /** Decoder arguments of the streaming form, after POCKETSPHINX_ARGS (bounds on the search per frame). */
 export const STREAM_DECODER_ARGS = ['-maxhmmpf', '6000'];
+/**
+ * Words of the language model the built-in engine searches: its most frequent ones (by unigram
+ * probability; en-us.lm.bin has 72,545 with a pronunciation, the 12,545 past 60,000 carry 0.019 % of
+ * its probability). The others are pronounced and added when a prompt or vocabulary names them
+ * (bias/lexicon.ts; docs/decisions/speech.md, "The lexicon").
+ */
+export const SEARCH_VOCABULARY_WORDS = 60_000;
 /** Longest wait of a built-in request for a free decoder. */
 export const BUILTIN_QUEUE_TIMEOUT_MS = 60_000;
 /** Remote pool: how often and how patiently each worker's /health is checked. */

@@ -8,10 +8,12 @@
  * word; specs are cached by content.
  */
 import { expect } from 'chai';
+import fs from 'node:fs';
 import { loadConfig } from '../../shared/config/index.js';
-import { promptBias } from '../../shared/stt/bias/index.js';
+import { SEARCH_VOCABULARY_WORDS } from '../../shared/config/speech.js';
+import { promptBias, respell } from '../../shared/stt/bias/index.js';
 import { PHONES } from '../../shared/stt/bias/pronounce.js';
-import { UnpronounceableError } from '../../shared/stt/bias/compile.js';
+import { PAST_CUT, UnpronounceableError } from '../../shared/stt/bias/compile.js';
 
 describe('prompt and vocabulary compilation (issue 37)', function () {
   this.timeout(60_000);
@@ -61,5 +63,41 @@ describe('prompt and vocabulary compilation (issue 37)', function () {
       .to.throw(UnpronounceableError)
       .with.property('words')
       .that.deep.equals(['Жёлудь']);
+  });
+
+  it('searches the model’s most frequent words; a prompt adds one it ranks past them, as the dictionary says it', () => {
+    const words = (file: string) =>
+      new Set(
+        fs
+          .readFileSync(file, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => l.slice(0, l.indexOf(' ')).replace(/\(\d+\)$/, '')),
+      );
+    const searched = words(bias.files.dict);
+    const tail = words(bias.files.tail);
+    expect(searched.size).to.equal(SEARCH_VOCABULARY_WORDS);
+    for (const w of ['the', 'country', 'kitchen', 'dashwood', 'dashboards'])
+      expect(searched.has(w), w).to.equal(true);
+    // "launchings" is the model's 65,003rd word: past the cut, its pronunciation kept in the tail.
+    expect(searched.has('launchings')).to.equal(false);
+    expect(tail.has('launchings')).to.equal(true);
+    // Every word the model knows is in one of the two (en-us.lm.bin: 72,545 with a pronunciation).
+    expect(searched.size + tail.size).to.equal(72_545);
+    expect([...tail].filter((w) => searched.has(w))).to.deep.equal([]);
+    // Added under a name of its own (PAST_CUT): the general model, which knows "launchings", does not
+    // know it, so the word leaves the search with the prompt. Results show it as the dictionary writes it.
+    const spec = bias.compiler.compile('Grafana launchings', undefined)!;
+    expect(spec.words.find((w) => w.word === `launchings${PAST_CUT}`)?.phones.join(' ')).to.equal(
+      'L AO N CH IH NG Z',
+    );
+    expect(spec.arpa).to.include(` grafana launchings${PAST_CUT}\n`);
+    expect(spec.display).to.deep.include({ [`launchings${PAST_CUT}`]: 'launchings', grafana: 'Grafana' });
+    // A word past the cut is shown by its own name, even from a decoder that holds it from another prompt.
+    const raw = [{ word: `launchings${PAST_CUT}` }, { word: 'grafana' }, { word: 'the' }];
+    expect(respell(raw, spec).map((w) => w.word)).to.deep.equal(['launchings', 'Grafana', 'the']);
+    expect(respell(raw, undefined).map((w) => w.word)).to.deep.equal(['launchings', 'grafana', 'the']);
+    // The extras model lists the searched words (and the sentence markers), nothing else.
+    expect(fs.readFileSync(bias.files.extras, 'utf8')).to.include(`ngram 1=${SEARCH_VOCABULARY_WORDS + 2}\n`);
   });
 });

@@ -50,9 +50,16 @@ describe('unit: the prompt compiler dictionary', () => {
     expect(d.get("'cause")).to.deep.equal([['K', 'AH', 'Z']]);
     for (const w of ['broken', 'rea', 'reads', 'zebras', '', 'a', 'zz'])
       expect(d.get(w), w).to.equal(undefined);
+    // The file a word is first found in (the lexicon's searched words, its tail, the rest).
+    const c = path.join(dir, 'c.dict');
+    fs.writeFileSync(c, 'zebra(2) Z EH B R AH\nokapi OW K AA P IY\n');
+    const three = new DictionaryLookup([a, b, c]);
+    expect(['read', 'kubectl', 'okapi', 'zebra', 'zz'].map((w) => three.fileOf(w))).to.deep.equal([
+      0, 1, 2, 0, -1,
+    ]);
   });
 
-  it("gives what a map of every entry gives for every word of the CMU dictionary (split in two files)", () => {
+  it('gives what a map of every entry gives for every word of the CMU dictionary (split in two files)', () => {
     const lines = fs.readFileSync(CMU, 'utf8').split('\n');
     // Every third line in the first file, the rest in the second: a word's variants fall in both.
     const first = path.join(dir, 'first.dict');

@@ -35,6 +35,13 @@ export interface BiasSpec {
   display: Record<string, string>;
 }
 
+/**
+ * Suffix of the dictionary name of a word the general model knows but the search leaves out (ranked past
+ * SEARCH_VOCABULARY_WORDS): under its own name, once added, it would stay in the decoder's search after the
+ * prompt (the tree holds the dictionary words the selected models know); under this one only the prompt's
+ * model knows it, as for words no model knows. Results show it as the prompt writes it (`display`).
+ */
+export const PAST_CUT = '~';
 /** Prompt words never boosted: they would only make the engine hear them everywhere. */
 const MIN_LETTERS = 2;
 /** Compiled specs kept per process (each a few kilobytes). */
@@ -55,11 +62,17 @@ export class BiasCompiler {
   private readonly cache = new Map<string, BiasSpec | null>();
 
   constructor(files: LexiconFiles) {
-    this.dictionary = new DictionaryLookup([files.dict, files.rest]);
+    this.dictionary = new DictionaryLookup([files.dict, files.tail, files.rest]);
   }
 
+  /** The search has the word. */
   private knows(word: string): boolean {
     return this.dictionary.inFirst(word);
+  }
+
+  /** A word's name in the decoder's dictionary and models. */
+  private nameOf(word: string): string {
+    return this.dictionary.fileOf(word) === 1 ? `${word}${PAST_CUT}` : word;
   }
 
   /** Loads what the first prompt would otherwise wait for (the dictionary, eSpeak NG). */
@@ -105,18 +118,20 @@ export class BiasCompiler {
     const failed: string[] = [];
     for (const phrase of splitPhrases(prompt)) {
       const tokens = tokenize(phrase);
-      phrases.push(tokens.map((t) => t.lower));
+      phrases.push(tokens.map((t) => this.nameOf(t.lower)));
       tokens.forEach((t, i) => {
         // A word the model knows keeps its spelling, unless the prompt writes it as a name: capitalised
         // past the start of its clause, or alone in it (a list: "Okonkwo, Siobhan, Nkechi").
-        if (t.text !== t.lower && (i > 0 || tokens.length === 1)) display[t.lower] ??= t.text;
+        if (t.text !== t.lower && (i > 0 || tokens.length === 1)) display[this.nameOf(t.lower)] ??= t.text;
       });
       for (const t of tokens) {
-        if (this.knows(t.lower) || words.has(t.lower)) continue;
+        const name = this.nameOf(t.lower);
+        if (this.knows(t.lower) || words.has(name)) continue;
         const made = this.pronounce(t.lower);
         if (made.length === 0) continue; // a prompt word nobody can say is simply not boosted
-        words.set(t.lower, variants(t.lower, made, false));
-        display[t.lower] = t.text;
+        words.set(name, variants(name, made, false));
+        // Words the dictionary has (past the cut) are shown as such unless written as names (above).
+        display[name] ??= name === t.lower ? t.text : t.lower;
       }
     }
     for (const entry of vocabulary) {
@@ -125,12 +140,13 @@ export class BiasCompiler {
         failed.push(entry.word);
         continue;
       }
-      phrases.push(tokens.map((t) => t.lower));
+      phrases.push(tokens.map((t) => this.nameOf(t.lower)));
       const spoken = (entry.spoken ?? [])
         .map((s) => tokenize(s, true).map((t) => t.lower))
         .filter((s) => s.length);
       for (const t of tokens) {
-        if (t.text !== t.lower || !this.knows(t.lower)) display[t.lower] = t.text;
+        const name = this.nameOf(t.lower);
+        if (t.text !== t.lower || !this.knows(t.lower)) display[name] = t.text;
         const known = this.knows(t.lower);
         // A one-word entry with spoken forms gets them as its pronunciations; a phrase's words sound out alone.
         const fromSpoken = tokens.length === 1 ? spoken.flatMap((s) => this.sayAll(s)) : [];
@@ -140,8 +156,8 @@ export class BiasCompiler {
           failed.push(entry.word);
           continue;
         }
-        const before = (words.get(t.lower) ?? []).map((w) => w.phones);
-        words.set(t.lower, variants(t.lower, [...before, ...made], known));
+        const before = (words.get(name) ?? []).map((w) => w.phones);
+        words.set(name, variants(name, [...before, ...made], known));
       }
     }
     if (strict && failed.length > 0) throw new UnpronounceableError(failed);

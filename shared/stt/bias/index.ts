@@ -5,7 +5,7 @@
  * readable language model), the engine decodes as it did, without prompts.
  */
 import type { Logger } from 'pino';
-import { BiasCompiler, type BiasSpec, type VocabularyEntry } from './compile.js';
+import { BiasCompiler, PAST_CUT, type BiasSpec, type VocabularyEntry } from './compile.js';
 import { prepareLexicon, type LexiconFiles } from './lexicon.js';
 
 export { BiasCompiler, UnpronounceableError, type BiasSpec, type VocabularyEntry } from './compile.js';
@@ -37,11 +37,14 @@ export function promptBias(
   return bias ?? undefined;
 }
 
-/** Words written as the prompt or vocabulary writes them ("kubernetes" → "Kubernetes"). */
+/**
+ * Words written as the prompt or vocabulary writes them ("kubernetes" → "Kubernetes"); a word added
+ * past the search's cut ("dashboards~", PAST_CUT) is always shown by its own name.
+ */
 export function respell<W extends { word: string }>(words: W[], spec: BiasSpec | undefined): W[] {
-  if (!spec) return words;
   return words.map((w) => {
-    const shown = spec.display[w.word];
+    const shown =
+      spec?.display[w.word] ?? (w.word.endsWith(PAST_CUT) ? w.word.slice(0, -PAST_CUT.length) : undefined);
     return shown ? { ...w, word: shown } : w;
   });
 }

@@ -1,31 +1,37 @@
 /**
  * The built-in engine's lexicon, derived once per machine from the model's
- * files and kept in a cache directory: the dictionary cut to the words the
- * language model knows (PocketSphinx never searches the others, and a decoder
- * holding 80k entries instead of 135k loads faster, takes 30 MB less and
- * rebuilds its search tree in 135 ms instead of 200 ms when a prompt adds
- * words), a unigram model of those words ("extras", the search tree's word
+ * files and kept in a cache directory: the dictionary cut to the language
+ * model's SEARCH_VOCABULARY_WORDS most frequent words (PocketSphinx never
+ * searches words the model does not know; a decoder's search tree and
+ * dictionary grow with every word it holds: 80k entries took 30 MB less than
+ * 135k, and the 60k most frequent take 4.5 MiB less again per streaming
+ * decoder), a unigram model of those words ("extras", the search tree's word
  * list when words are added, docs/decisions/speech.md "Prompt and
  * vocabulary"), and the rest of the dictionary, where pronunciations of
- * prompt words the model does not know are looked up.
+ * prompt words are looked up: the words the model ranks past the cut (which
+ * a prompt or vocabulary adds back, bias/compile.ts) and those it does not
+ * know.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import koffi from 'koffi';
+import { SEARCH_VOCABULARY_WORDS } from '../../config/speech.js';
 
 export interface LexiconFiles {
-  /** The dictionary of the language model's words (alternates included). */
+  /** The dictionary of the language model's most frequent words (alternates included). */
   dict: string;
   /** ARPA unigram model of the same words, read by each decoder that takes prompts. */
   extras: string;
+  /** Entries of the words the language model knows but ranks past the cut. */
+  tail: string;
   /** The dictionary's other entries (words the language model does not know). */
   rest: string;
 }
 
 /** Bumped when what is derived changes: the cache directory's name carries it. */
-const FORMAT = 1;
+const FORMAT = 3;
 
 function stamp(file: string): string {
   const st = fs.statSync(file);
@@ -33,35 +39,52 @@ function stamp(file: string): string {
 }
 
 /** Builds (or finds) the derived files for this language model and dictionary. */
-export function prepareLexicon(opts: { lm: string; dict: string; sphinxbaseLibrary: string }): LexiconFiles {
+export function prepareLexicon(opts: {
+  lm: string;
+  dict: string;
+  sphinxbaseLibrary: string;
+  /** Words searched (default SEARCH_VOCABULARY_WORDS). */
+  searchWords?: number;
+}): LexiconFiles {
+  const searchWords = opts.searchWords ?? SEARCH_VOCABULARY_WORDS;
   const key = crypto
     .createHash('sha256')
-    .update(`${FORMAT}|${stamp(opts.lm)}|${stamp(opts.dict)}`)
+    .update(`${FORMAT}|${searchWords}|${stamp(opts.lm)}|${stamp(opts.dict)}`)
     .digest('hex')
     .slice(0, 16);
   const dir = path.join(os.tmpdir(), `stt-lexicon-${key}`);
   const files: LexiconFiles = {
     dict: path.join(dir, 'lm.dict'),
     extras: path.join(dir, 'extras.arpa'),
+    tail: path.join(dir, 'tail.dict'),
     rest: path.join(dir, 'rest.dict'),
   };
-  if ([files.dict, files.extras, files.rest].every((f) => fs.existsSync(f))) return files;
+  if ([files.dict, files.extras, files.tail, files.rest].every((f) => fs.existsSync(f))) return files;
   const lm = openLanguageModel(opts.lm, opts.sphinxbaseLibrary);
-  const inLm: string[] = [];
-  const rest: string[] = [];
-  const words = new Set<string>();
+  const entries: { line: string; word: string }[] = [];
+  /** Each word the model knows, with its unigram log probability. */
+  const known = new Map<string, number>();
   try {
     for (const line of fs.readFileSync(opts.dict, 'utf8').split('\n')) {
       if (!line.trim()) continue;
       const word = line.slice(0, line.indexOf(' ')).replace(/\(\d+\)$/, '');
-      if (lm.knows(word)) {
-        inLm.push(line);
-        words.add(word);
-      } else rest.push(line);
+      entries.push({ line, word });
+      if (!known.has(word) && lm.knows(word)) known.set(word, lm.unigram(word));
     }
   } finally {
     lm.close();
   }
+  // The most frequent words; ties (the model's floor) in dictionary order.
+  const words = new Set(
+    [...known]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, searchWords)
+      .map(([w]) => w),
+  );
+  const inLm: string[] = [];
+  const tail: string[] = [];
+  const rest: string[] = [];
+  for (const e of entries) (words.has(e.word) ? inLm : known.has(e.word) ? tail : rest).push(e.line);
   const list = ['<s>', '</s>', ...words];
   const p = (-Math.log10(list.length)).toFixed(4);
   const arpa = [
@@ -79,6 +102,7 @@ export function prepareLexicon(opts: { lm: string; dict: string; sphinxbaseLibra
   fs.mkdirSync(tmp, { recursive: true });
   fs.writeFileSync(path.join(tmp, 'lm.dict'), inLm.join('\n') + '\n');
   fs.writeFileSync(path.join(tmp, 'extras.arpa'), arpa);
+  fs.writeFileSync(path.join(tmp, 'tail.dict'), tail.join('\n') + '\n');
   fs.writeFileSync(path.join(tmp, 'rest.dict'), rest.join('\n') + '\n');
   try {
     fs.renameSync(tmp, dir);
@@ -88,8 +112,11 @@ export function prepareLexicon(opts: { lm: string; dict: string; sphinxbaseLibra
   return files;
 }
 
-/** The language model's vocabulary, to test words against; close() frees the model. */
-function openLanguageModel(lm: string, library: string): { knows(word: string): boolean; close(): void } {
+/** The language model's vocabulary and unigram log probabilities; close() frees the model. */
+function openLanguageModel(
+  lm: string,
+  library: string,
+): { knows(word: string): boolean; unigram(word: string): number; close(): void } {
   const sb = koffi.load(library);
   const logmathInit = sb.func('void *logmath_init(double base, int shift, int use_table)');
   const logmathFree = sb.func('int logmath_free(void *lmath)');
@@ -97,6 +124,9 @@ function openLanguageModel(lm: string, library: string): { knows(word: string): 
   const free = sb.func('int ngram_model_free(void *model)');
   const wid = sb.func('int ngram_wid(void *model, const char *word)');
   const unknown = sb.func('int ngram_unknown_wid(void *model)');
+  const prob = sb.func(
+    'int ngram_ng_prob(void *model, int wid, const int *history, int n_hist, _Out_ int *n_used)',
+  );
   const lmath: unknown = logmathInit(1.0001, 0, 0);
   const model: unknown = read(null, lm, 0, lmath);
   if (!model) {
@@ -106,6 +136,7 @@ function openLanguageModel(lm: string, library: string): { knows(word: string): 
   const unk = unknown(model) as number;
   return {
     knows: (w) => (wid(model, w) as number) !== unk,
+    unigram: (w) => prob(model, wid(model, w), null, 0, [0]) as number,
     close: () => {
       free(model);
       logmathFree(lmath);

@@ -202,8 +202,8 @@ export class DictionaryLookup {
   private text: Buffer | undefined;
   /** Line starts in `text`, by word, then in file and line order. */
   private index: Uint32Array | undefined;
-  /** Where the second file starts in `text`. */
-  private firstEnd = 0;
+  /** Where each file ends in `text`. */
+  private ends: number[] = [];
 
   constructor(private readonly files: string[]) {}
 
@@ -214,8 +214,13 @@ export class DictionaryLookup {
 
   /** The first file has the word. */
   inFirst(word: string): boolean {
+    return this.fileOf(word) === 0;
+  }
+
+  /** The index of the first file that has the word, or -1. */
+  fileOf(word: string): number {
     const lines = this.lines(word);
-    return lines.length > 0 && lines[0] < this.firstEnd;
+    return lines.length === 0 ? -1 : this.ends.findIndex((end) => lines[0] < end);
   }
 
   /** The entries' line starts for `word`, in file and line order. */
@@ -257,12 +262,13 @@ export class DictionaryLookup {
 
   private load(): void {
     const parts = this.files.map((f) => fs.readFileSync(f));
-    this.firstEnd = parts[0].length + 1;
+    let end = 0;
+    this.ends = parts.map((b) => (end += b.length + 1));
     const text = Buffer.concat(parts.flatMap((b) => [b, Buffer.from('\n')]));
     // The words are read once to sort by them, then only the offsets are kept.
     const starts: number[] = [];
     const words: string[] = [];
-    for (let at = 0; at < text.length; ) {
+    for (let at = 0; at < text.length;) {
       const end = text.indexOf(10, at);
       const stop = end < 0 ? text.length : end;
       // Byte order: latin1 maps each byte to one character, so strings compare as the bytes do.
