@@ -107,6 +107,8 @@ export interface AdmissionDeps {
   breaker: CircuitBreaker;
   quota: ConnectionQuota;
   sessions: ReadonlySet<RealtimeSession>;
+  /** Open sessions of an owner on this instance, exact (SessionLifecycle.openSessionsOf). */
+  openSessionsOf: (ownerId: string) => number;
   /** False once the instance stops serving (shutdown, VAD failure). */
   serving: () => boolean;
   /** TRUST_PROXY: proxies in front that append to X-Forwarded-For (the client address for pre-auth bounds). */
@@ -153,7 +155,7 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
   const overOwnerShare = (ownerId: string) => {
     const cap = ownerCap();
     if (cap === Infinity) return false;
-    return (admittingByOwner.get(ownerId) ?? 0) + occupancy.sessionsOf(ownerId) >= cap;
+    return (admittingByOwner.get(ownerId) ?? 0) + deps.openSessionsOf(ownerId) >= cap;
   };
 
   return (dialect = 'native') =>
@@ -318,7 +320,6 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           ...(openaiConnect && { openai: openaiConnect }),
         };
         metrics.upgrades.inc({ outcome: 'accepted' });
-        occupancy.admitted(owner);
         res.cork(() => res.upgrade(data, secKey, secProtocol, secExtensions, context));
         // Closed before res.cork returned: uWebSockets' cork bug (realtime/lifecycle.ts), not the client.
         if (data.closed)

@@ -24,6 +24,12 @@ export interface LifecycleDeps {
 export class SessionLifecycle {
   private stopping = false;
   private readonly tick: NodeJS.Timeout;
+  /**
+   * Open connections by owner, exact: counted when a session opens, no longer once its connection
+   * closes or it ends, whichever comes first (admission's owner share, issue 41).
+   */
+  private readonly byOwner = new Map<string, number>();
+  private readonly counted = new WeakSet<RealtimeSession>();
 
   constructor(
     /** The open sessions (shared with admission, endpoints and the meter). */
@@ -50,6 +56,20 @@ export class SessionLifecycle {
     for (const s of [...this.sessions]) s.end(kind);
   }
 
+  /** Sessions of `owner` whose connection is open on this instance. */
+  openSessionsOf(owner: string): number {
+    return this.byOwner.get(owner) ?? 0;
+  }
+
+  private uncount(s: RealtimeSession): void {
+    if (!this.counted.has(s)) return;
+    this.counted.delete(s);
+    const owner = s.principal.ownerId;
+    const n = (this.byOwner.get(owner) ?? 1) - 1;
+    if (n > 0) this.byOwner.set(owner, n);
+    else this.byOwner.delete(owner);
+  }
+
   /** The stream path's WebSocket handlers. */
   handlers(): Pick<WebSocketBehavior<SocketData>, 'open' | 'message' | 'close'> {
     return {
@@ -68,6 +88,7 @@ export class SessionLifecycle {
       close: (ws, code, message) => {
         const data = ws.getUserData();
         data.closed = true;
+        if (data.session) this.uncount(data.session);
         data.session?.onTransportClosed(code, Buffer.from(message).toString('utf8'));
       },
     };
@@ -100,8 +121,12 @@ export class SessionLifecycle {
     );
     data.session = session;
     this.sessions.add(session);
+    this.counted.add(session);
+    const owner = session.principal.ownerId;
+    this.byOwner.set(owner, (this.byOwner.get(owner) ?? 0) + 1);
     metrics.sessionsOpen.inc();
     session.onEnded = (s) => {
+      this.uncount(session);
       this.sessions.delete(session);
       metrics.sessionsOpen.dec();
       metrics.sessionsClosed.inc({ reason: metrics.closeLabel(s.closeCode, s.closeReason) });

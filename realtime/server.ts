@@ -115,6 +115,7 @@ export async function startRealtime(
     breaker,
     quota,
     sessions,
+    openSessionsOf: (owner) => lifecycle.openSessionsOf(owner),
     serving,
     proxyHops: deps.config.http.trustProxy,
     log,
