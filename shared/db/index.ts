@@ -33,6 +33,11 @@ interface DbLogger {
  */
 export const DB_QUERY_TIMEOUT_MS = 10_000;
 
+/** A knex log message without the stack some of them carry. */
+export function firstLine(m: unknown): string {
+  return String(m).split('\n', 1)[0];
+}
+
 export function createDb(
   databaseUrl: string,
   opts: { poolMax?: number; searchPath?: string; logger?: DbLogger; queryTimeoutMs?: number } = {},
@@ -41,11 +46,13 @@ export function createDb(
   const l = opts.logger;
   return knexFactory({
     // knex prints to the console by default; route its messages into our structured log.
+    // Its messages can carry a stack ("Acquire connection error: ...\n    at /srv/.../tarn/..."): the first
+    // line is the message; the stack would put server paths in the log.
     log: {
-      warn: (m: unknown) => l?.warn({ detail: String(m) }, 'knex warning'),
-      error: (m: unknown) => l?.error({ detail: String(m) }, 'knex error'),
-      deprecate: (m: unknown) => l?.warn({ detail: String(m) }, 'knex deprecation'),
-      debug: (m: unknown) => l?.debug({ detail: String(m) }, 'knex debug'),
+      warn: (m: unknown) => l?.warn({ detail: firstLine(m) }, 'knex warning'),
+      error: (m: unknown) => l?.error({ detail: firstLine(m) }, 'knex error'),
+      deprecate: (m: unknown) => l?.warn({ detail: firstLine(m) }, 'knex deprecation'),
+      debug: (m: unknown) => l?.debug({ detail: firstLine(m) }, 'knex debug'),
     },
     client: 'pg',
     connection: {

@@ -6,6 +6,7 @@ import type { JobRequest } from '../../api/batch/types.js';
 import { issueKeyBody, type IssueKeyBody } from '../../api/routes/admin/schemas.js';
 import { segmentFieldsSchema, type SegmentFields } from '../../api/routes/segment/schemas.js';
 import { scrubSecrets } from '../../shared/logger.js';
+import { firstLine } from '../../shared/db/index.js';
 
 /** Validates like the routes do, returning the value as its derived type. */
 function valid<T>(schema: object, value: unknown): T {
@@ -52,6 +53,17 @@ describe('unit: request schemas', () => {
 });
 
 describe('unit: secret scrubbing of log lines', () => {
+  it('keeps a knex message and drops the stack it may carry (no server paths in the log)', () => {
+    // As a full suite run logged it when Postgres was slow to hand out a connection.
+    const m = `Acquire connection error: Error: operation timed out for an unknown reason
+    at /srv/app/node_modules/tarn/dist/PendingOperation.js:18:27
+    at runNextTicks (node:internal/process/task_queues:65:5)`;
+    expect(firstLine(m)).to.equal(
+      'Acquire connection error: Error: operation timed out for an unknown reason',
+    );
+    expect(firstLine(new Error('x'))).to.equal('Error: x');
+  });
+
   it('redacts API keys, session tokens and bearer credentials', () => {
     const key = 'sk-' + 'k'.repeat(40);
     expect(scrubSecrets(`key ${key} token rt_abcdefgh.ijk Bearer xyz123`)).to.equal(
