@@ -194,9 +194,10 @@ function espeakPhones(word: string, voice: string): string[] | undefined {
  * words, bias/lexicon.ts). The files stay as they were read, one buffer,
  * with the start of each entry's line in a typed array sorted by word, and
  * a lookup is a binary search that parses the few lines it lands on: about
- * 5 MiB for 135k words. Held as arrays of phone strings they took about 120
- * MiB of every process that takes prompts, and as one string per word about
- * 40 (issue 40, "Footprint").
+ * 5 MiB for 135k words, sorted by comparing the words where they lie (a
+ * string per word for the sort grew the heap by 30-40 MiB that stayed). Held
+ * as arrays of phone strings they took about 120 MiB of every process that
+ * takes prompts, and as one string per word about 40 (issue 40, "Footprint").
  */
 export class DictionaryLookup {
   private text: Buffer | undefined;
@@ -265,25 +266,42 @@ export class DictionaryLookup {
     let end = 0;
     this.ends = parts.map((b) => (end += b.length + 1));
     const text = Buffer.concat(parts.flatMap((b) => [b, Buffer.from('\n')]));
-    // The words are read once to sort by them, then only the offsets are kept.
-    const starts: number[] = [];
-    const words: string[] = [];
+    // Entries' line starts, sorted by their words compared in place (no string per word: strings for
+    // 135k words grew the heap by 30-40 MiB that stayed with the process), then by position.
+    let lines = 1;
+    for (let at = text.indexOf(10); at >= 0; at = text.indexOf(10, at + 1)) lines++;
+    const starts = new Uint32Array(lines);
+    let n = 0;
     for (let at = 0; at < text.length;) {
       const end = text.indexOf(10, at);
       const stop = end < 0 ? text.length : end;
-      // Byte order: latin1 maps each byte to one character, so strings compare as the bytes do.
-      const line = text.toString('latin1', at, stop);
-      if (/^\S+[ \t]+\S/.test(line)) {
-        starts.push(at);
-        words.push(line.slice(0, line.search(/[ \t(]/)));
-      }
+      if (isEntry(text, at, stop)) starts[n++] = at;
       at = stop + 1;
     }
-    const order = Array.from(starts.keys()).sort((a, b) =>
-      words[a] < words[b] ? -1 : words[a] > words[b] ? 1 : a - b,
-    );
-    this.index = Uint32Array.from(order, (i) => starts[i]);
+    this.index = starts.slice(0, n).sort((a, b) => compareWords(text, a, b) || a - b);
     this.text = text;
+  }
+}
+
+/** Whether the line at [at, stop) is an entry: a word, blanks, then a phone. */
+function isEntry(text: Buffer, at: number, stop: number): boolean {
+  let i = at;
+  while (i < stop && !isBlank(text[i])) i++;
+  if (i === at || i === stop || (text[i] !== 0x20 && text[i] !== 0x09)) return false;
+  while (i < stop && (text[i] === 0x20 || text[i] === 0x09)) i++;
+  return i < stop && !isBlank(text[i]);
+}
+
+function isBlank(b: number): boolean {
+  return b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d || b === 0x0b || b === 0x0c;
+}
+
+/** The words of the entries at `a` and `b`, byte by byte (the order `lines` searches in). */
+function compareWords(text: Buffer, a: number, b: number): number {
+  for (let i = 0; ; i++) {
+    const c = keyByte(text, a + i);
+    const d = keyByte(text, b + i);
+    if (c !== d || c === -1) return c - d;
   }
 }
 
