@@ -111,7 +111,7 @@ const ENTRY: Record<Role, string> = {
  * the remote engine workers only get whole clips, which loses words at the
  * cuts and answers late. Segment and batch on the API keep the engine
  * workers. Admission follows the decoder pool: one streaming decoder per
- * session (about 50 MiB each), no more sessions than the instance's cores
+ * session (about 40 MiB each), no more sessions than the instance's cores
  * carry at real time, and no new session while as many utterances wait for
  * their final as there are decoders (the decoders are behind). docker/compose.yaml's
  * realtime services carry the same values (the deployment test checks).
@@ -123,6 +123,12 @@ export const REALTIME_ENV: Record<string, string> = {
   REALTIME_MAX_QUEUED_UTTERANCES: '5',
   // The clip form (a session whose decoder is not free) needs one decoder thread, not one per core.
   STT_THREADS: '1',
+  // An instance is one core's worth of sessions (a core decodes 5 real-time streams): one streaming
+  // thread holds its 5 decoders (a second thread adds its own isolate and models, about 60 MiB, and no
+  // core), and 5 streams' VAD runs in the WebSocket thread (a VAD thread is an isolate, about 20 MiB,
+  // for some 80 µs of silero per second and stream). docs/decisions/deployment.md, "One core per instance".
+  STT_STREAM_THREADS: '1',
+  REALTIME_VAD_THREADS: '0',
   // An utterance whose final waits behind decoders that fell behind real time (a busy machine) may
   // wait up to the session's own REALTIME_TRANSCRIBE_TIMEOUT_MS (30 s) instead of the engine's
   // shorter limit (base + 1 s per audio second, 10 s by default). Either way it fails alone: a decode

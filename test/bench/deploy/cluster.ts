@@ -27,6 +27,7 @@
  *    until a new connection (request) through the load balancer succeeds,
  *    and how many attempts failed meanwhile; median of --trials.
  */
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -94,6 +95,8 @@ function line(label: string, r: LoadResult): string {
 interface Streaming {
   fallbacks: number;
   rssMiB: number[];
+  /** Proportional set size: pages shared with other processes (Node's code, ONNX Runtime) or mapped more than once (each decoder maps the acoustic model's mdef) counted once. */
+  pssMiB: number[];
   /** CPU seconds (user + system, every thread) of the realtime instances so far. */
   cpuSeconds: number;
 }
@@ -108,6 +111,7 @@ async function streaming(d: DeployedCluster): Promise<Streaming> {
   let fallbacks = 0;
   let cpuSeconds = 0;
   const rssMiB: number[] = [];
+  const pssMiB: number[] = [];
   for (const p of d.cluster.processes.values()) {
     if (p.role !== 'realtime') continue;
     const text = await fetch(`${p.url}/metrics`).then((r) => r.text());
@@ -117,9 +121,11 @@ async function streaming(d: DeployedCluster): Promise<Streaming> {
       cpu: { user: number; system: number };
     };
     rssMiB.push(Math.round(stats.memory.rss / 2 ** 20));
+    const rollup = fs.readFileSync(`/proc/${p.child.pid}/smaps_rollup`, 'utf8');
+    pssMiB.push(Math.round(Number(/^Pss:\s+(\d+) kB/m.exec(rollup)?.[1] ?? NaN) / 1024));
     cpuSeconds += (stats.cpu.user + stats.cpu.system) / 1e6;
   }
-  return { fallbacks, rssMiB, cpuSeconds };
+  return { fallbacks, rssMiB, pssMiB, cpuSeconds };
 }
 
 async function capacity(): Promise<number> {
@@ -148,7 +154,7 @@ async function capacity(): Promise<number> {
       const corePerStream = (after.cpuSeconds - before.cpuSeconds) / (n * ((Date.now() - started) / 1000));
       cpuPerStream.push(corePerStream);
       console.log(
-        `${line(`${n} streams`, r)}  clip fallbacks ${fallbacks}  realtime RSS ${after.rssMiB.join('/')} MiB  ` +
+        `${line(`${n} streams`, r)}  clip fallbacks ${fallbacks}  realtime RSS ${after.rssMiB.join('/')} MiB (PSS ${after.pssMiB.join('/')})  ` +
           `realtime CPU per stream ${(corePerStream * 100).toFixed(1)} % of a core`,
       );
       const ok =

@@ -10,6 +10,7 @@
  *   npx tsx test/bench/speech/memory.ts [--streaming]   (--streaming: the second table only)
  */
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../../../shared/config/index.js';
 import { createLogger } from '../../../shared/logger.js';
@@ -18,6 +19,16 @@ import { clip } from '../../speech/helpers.js';
 import { fmt, loadStreamingDecoders, pcmOfWav } from './common.js';
 
 const MB = 1024 * 1024;
+
+/**
+ * Proportional set size: RSS counts a page once per mapping, and each decoder maps the acoustic
+ * model's `mdef` file itself (PocketSphinx reads it with mmap), so RSS counts those shared pages once
+ * per decoder; PSS counts them once.
+ */
+function pss(): number {
+  const m = /^Pss:\s+(\d+) kB/m.exec(fs.readFileSync('/proc/self/smaps_rollup', 'utf8'));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
 
 if (process.argv[2] === 'child') {
   const threads = Number(process.argv[3]);
@@ -52,9 +63,10 @@ if (process.argv[2] === 'streaming-child') {
   );
   await engine.ready();
   const before = process.memoryUsage().rss;
+  const pssBefore = pss();
   await loadStreamingDecoders(engine, decoders);
   const after = process.memoryUsage().rss;
-  console.log(JSON.stringify({ decoders, before, after }));
+  console.log(JSON.stringify({ decoders, before, after, pssBefore, pssAfter: pss() }));
   await engine.close();
   process.exit(0);
 }
@@ -62,7 +74,12 @@ if (process.argv[2] === 'streaming-child') {
 const self = fileURLToPath(import.meta.url);
 const run = (...args: string[]) => {
   const out = execFileSync(process.execPath, ['--import', 'tsx', self, ...args], { encoding: 'utf8' });
-  return JSON.parse(out.trim().split('\n').pop()!) as { before: number; after: number };
+  return JSON.parse(out.trim().split('\n').pop()!) as {
+    before: number;
+    after: number;
+    pssBefore?: number;
+    pssAfter?: number;
+  };
 };
 if (!process.argv.includes('--streaming')) {
   console.log('| clip decoders (threads) | RSS before MB | RSS after MB | added MB | per decoder MB |');
@@ -77,14 +94,19 @@ if (!process.argv.includes('--streaming')) {
   console.log('');
 }
 console.log(
-  '| streaming decoders on one thread | RSS added MiB | per decoder MiB | past the first, each MiB |',
+  '| streaming decoders on one thread | RSS added MiB | per decoder MiB | past the first, each MiB | PSS added MiB | PSS past the first, each MiB |',
 );
-console.log('|---|---|---|---|');
+console.log('|---|---|---|---|---|---|');
 let first = 0;
+let firstPss = 0;
 for (const decoders of [1, 2, 4, 8]) {
   const r = run('streaming-child', String(decoders));
   const added = (r.after - r.before) / MB;
-  if (decoders === 1) first = added;
+  const addedPss = (r.pssAfter! - r.pssBefore!) / MB;
+  if (decoders === 1) [first, firstPss] = [added, addedPss];
   const past = decoders > 1 ? fmt((added - first) / (decoders - 1)) : '–';
-  console.log(`| ${decoders} | ${fmt(added)} | ${fmt(added / decoders)} | ${past} |`);
+  const pastPss = decoders > 1 ? fmt((addedPss - firstPss) / (decoders - 1)) : '–';
+  console.log(
+    `| ${decoders} | ${fmt(added)} | ${fmt(added / decoders)} | ${past} | ${fmt(addedPss)} | ${pastPss} |`,
+  );
 }
