@@ -155,7 +155,6 @@ async function main(): Promise<void> {
   const totalSeconds = source.ended ? source.available / 32000 : undefined;
 
   const url = streamUrl(values.url);
-  const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
   let failed = 0;
   let dropped = 0;
   let sentBytes = 0;
@@ -166,101 +165,132 @@ async function main(): Promise<void> {
     process.stderr.write(`\rsent ${(sentBytes / 32000).toFixed(1)}${total} s`);
   };
   const clearProgress = () => process.stderr.isTTY && !values.events && process.stderr.write('\r\x1b[K');
-
-  ws.on('unexpected-response', (_req, res) => {
-    let body = '';
-    res.on('data', (d: Buffer) => (body += d.toString()));
-    res.on('end', () => {
-      process.stderr.write(`stream: ${url} refused the connection: HTTP ${res.statusCode} ${body}\n`);
-      process.exit(1);
-    });
-  });
-  ws.on('error', (err) => {
-    process.stderr.write(`stream: ${url}: ${(err as Error & { code?: string }).code ?? err.message}\n`);
-    process.exit(1);
-  });
-
-  ws.on('open', () => {
-    if (values.language) ws.send(JSON.stringify({ type: 'session.update', language: values.language }));
-    const started = Date.now();
-    const tick = () => {
-      // Whole frames only, except the last one; never ahead of the pace.
-      const due = Math.ceil((((Date.now() - started) * pace) / 100) * FRAME_BYTES);
-      while (sentBytes < due && (source.available >= FRAME_BYTES || (source.ended && source.available > 0))) {
-        const frame = source.take(FRAME_BYTES);
-        ws.send(frame);
-        sentBytes += frame.length;
-      }
-      progress();
-      if (source.ended && source.available === 0) {
-        // End of the file: close the last utterance, then close once every transcript is in
-        // (nothing open and the server quiet for a second).
-        ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
-        const flushedAt = Date.now();
-        timer = setInterval(() => {
-          const quiet = Date.now() - Math.max(lastEventAt, flushedAt) > 1000;
-          if (open.size === 0 && quiet) ws.close(1000);
-        }, 200);
-        return;
-      }
-      timer = setTimeout(tick, 100 / pace);
-    };
-    tick();
-  });
-
   const open = new Map<number, number>(); // utterance index -> audio_start_ms, until completed
   let lastEventAt = 0;
-  ws.on('message', (data, isBinary) => {
-    if (isBinary) return;
-    lastEventAt = Date.now();
-    const ev = JSON.parse((data as Buffer).toString()) as StreamEvent;
-    if (values.events) process.stdout.write(`${JSON.stringify(ev)}\n`);
-    switch (ev.type) {
-      case 'input_audio_buffer.speech_started':
-        open.set(ev.utterance_index, ev.audio_start_ms ?? 0);
-        break;
-      case 'conversation.item.input_audio_transcription.completed': {
-        const startMs = open.get(ev.utterance_index) ?? 0;
-        open.delete(ev.utterance_index);
-        if (ev.error) failed++;
-        if (!values.events) {
-          clearProgress();
-          const at = `${Math.floor(startMs / 60000)}:${((startMs % 60000) / 1000).toFixed(1).padStart(4, '0')}`;
-          const text = ev.error ? `[failed: ${ev.error.code}]` : ev.text || '(no words)';
-          process.stdout.write(`#${ev.utterance_index} ${at} ${text}\n`);
-          progress();
-        }
-        break;
-      }
-      case 'service.throttled':
-        // Audio the server dropped: never lost silently (issue 39).
-        dropped += ev.dropped_ms ?? 0;
-        if (!values.events) {
-          clearProgress();
-          process.stderr.write(
-            `server dropped ${((ev.dropped_ms ?? 0) / 1000).toFixed(1)} s of audio (${ev.reason ?? 'throttled'})${pace > 1 ? '; try a lower --pace' : ''}\n`,
-          );
-        }
-        break;
-      case 'error':
-        if (!values.events && ev.utterance_index === undefined) {
-          clearProgress();
-          process.stderr.write(`server error: ${ev.code}: ${ev.message}\n`);
-        }
-        break;
-    }
-  });
 
-  ws.on('close', (code, reason) => {
-    clearTimeout(timer);
-    clearInterval(timer);
-    clearProgress();
-    const normal = code === 1000;
-    if (!normal) process.stderr.write(`stream: session closed ${code} ${reason.toString()}\n`);
-    if (dropped > 0)
-      process.stderr.write(`stream: the server dropped ${(dropped / 1000).toFixed(1)} s of audio in all\n`);
-    process.exitCode = normal && failed === 0 && dropped === 0 ? 0 : 1;
-  });
+  // The audio starts with the session (`session.created`): a connection that closes before it carried
+  // none, and is opened again, at most twice (uWebSockets.js 20.57 can drop a connection inside its
+  // upgrade; docs/decisions/realtime.md, "session.created after the upgrade call").
+  const connect = (attempt: number) => {
+    const ws = new WebSocket(url, { headers: { authorization: `Bearer ${key}` }, perMessageDeflate: false });
+    let started = false;
+    /** No server there (refused, unknown host): nothing to open again. */
+    let unreachable = false;
+    const retry = () => !started && !unreachable && attempt < 2;
+
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => {
+        process.stderr.write(`stream: ${url} refused the connection: HTTP ${res.statusCode} ${body}\n`);
+        process.exit(1);
+      });
+    });
+    ws.on('error', (err) => {
+      const code = (err as Error & { code?: string }).code;
+      unreachable = ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH'].includes(code ?? '');
+      if (retry()) return; // 'close' follows and connects again
+      process.stderr.write(`stream: ${url}: ${(err as Error & { code?: string }).code ?? err.message}\n`);
+      process.exit(1);
+    });
+
+    const begin = () => {
+      if (values.language) ws.send(JSON.stringify({ type: 'session.update', language: values.language }));
+      const startedAt = Date.now();
+      const tick = () => {
+        // Whole frames only, except the last one; never ahead of the pace.
+        const due = Math.ceil((((Date.now() - startedAt) * pace) / 100) * FRAME_BYTES);
+        while (
+          sentBytes < due &&
+          (source.available >= FRAME_BYTES || (source.ended && source.available > 0))
+        ) {
+          const frame = source.take(FRAME_BYTES);
+          ws.send(frame);
+          sentBytes += frame.length;
+        }
+        progress();
+        if (source.ended && source.available === 0) {
+          // End of the file: close the last utterance, then close once every transcript is in
+          // (nothing open and the server quiet for a second).
+          ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
+          const flushedAt = Date.now();
+          timer = setInterval(() => {
+            const quiet = Date.now() - Math.max(lastEventAt, flushedAt) > 1000;
+            if (open.size === 0 && quiet) ws.close(1000);
+          }, 200);
+          return;
+        }
+        timer = setTimeout(tick, 100 / pace);
+      };
+      tick();
+    };
+
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) return;
+      lastEventAt = Date.now();
+      const ev = JSON.parse((data as Buffer).toString()) as StreamEvent;
+      if (values.events) process.stdout.write(`${JSON.stringify(ev)}\n`);
+      switch (ev.type) {
+        case 'session.created':
+          if (!started) {
+            started = true;
+            begin();
+          }
+          break;
+        case 'input_audio_buffer.speech_started':
+          open.set(ev.utterance_index, ev.audio_start_ms ?? 0);
+          break;
+        case 'conversation.item.input_audio_transcription.completed': {
+          const startMs = open.get(ev.utterance_index) ?? 0;
+          open.delete(ev.utterance_index);
+          if (ev.error) failed++;
+          if (!values.events) {
+            clearProgress();
+            const at = `${Math.floor(startMs / 60000)}:${((startMs % 60000) / 1000).toFixed(1).padStart(4, '0')}`;
+            const text = ev.error ? `[failed: ${ev.error.code}]` : ev.text || '(no words)';
+            process.stdout.write(`#${ev.utterance_index} ${at} ${text}\n`);
+            progress();
+          }
+          break;
+        }
+        case 'service.throttled':
+          // Audio the server dropped: never lost silently (issue 39).
+          dropped += ev.dropped_ms ?? 0;
+          if (!values.events) {
+            clearProgress();
+            process.stderr.write(
+              `server dropped ${((ev.dropped_ms ?? 0) / 1000).toFixed(1)} s of audio (${ev.reason ?? 'throttled'})${pace > 1 ? '; try a lower --pace' : ''}\n`,
+            );
+          }
+          break;
+        case 'error':
+          if (!values.events && ev.utterance_index === undefined) {
+            clearProgress();
+            process.stderr.write(`server error: ${ev.code}: ${ev.message}\n`);
+          }
+          break;
+      }
+    });
+
+    ws.on('close', (code, reason) => {
+      if (retry()) {
+        process.stderr.write(
+          `stream: the connection closed (${code}) before the session started; connecting again\n`,
+        );
+        connect(attempt + 1);
+        return;
+      }
+      clearTimeout(timer);
+      clearInterval(timer);
+      clearProgress();
+      const normal = code === 1000;
+      if (!normal) process.stderr.write(`stream: session closed ${code} ${reason.toString()}\n`);
+      if (dropped > 0)
+        process.stderr.write(`stream: the server dropped ${(dropped / 1000).toFixed(1)} s of audio in all\n`);
+      process.exitCode = normal && failed === 0 && dropped === 0 ? 0 : 1;
+    });
+  };
+  connect(0);
 }
 
 main().catch((err) => {
