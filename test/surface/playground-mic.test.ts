@@ -29,6 +29,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
@@ -115,7 +116,10 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
   });
 
   /** The clip spoken once into the page: the words it showed, the audio it sent, the context's rate. */
-  async function throughPage(clip: string): Promise<{ shown: string; sent: Buffer; rate: number }> {
+  async function throughPage(
+    clip: string,
+    baseUrl = svc.baseUrl,
+  ): Promise<{ shown: string; sent: Buffer; rate: number; events: string[] }> {
     const mic = path.join(tmp, 'mic.wav');
     execFileSync('sox', [clip, mic, 'pad', String(LEAD_SECONDS), '60']);
     const browser = await launchWithMic(mic);
@@ -139,7 +143,7 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
           }
         };
       });
-      await page.goto(`${svc.baseUrl}/`);
+      await page.goto(`${baseUrl}/`);
       await page.fill('#key', key);
       await page.click('#key-form button');
       await page.locator('#key-status.ok').waitFor({ timeout: 30_000 });
@@ -163,7 +167,8 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
         const w = window as unknown as { sentFrames: number[][]; sampleRates: number[] };
         return { frames: w.sentFrames, rates: w.sampleRates };
       });
-      return { shown, sent: Buffer.from(Int16Array.from(frames.flat()).buffer), rate: rates[0] };
+      const events = await page.locator('#mic-events li').allTextContents();
+      return { shown, sent: Buffer.from(Int16Array.from(frames.flat()).buffer), rate: rates[0], events };
     } finally {
       await browser.close();
     }
@@ -202,4 +207,51 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
     });
   }
+
+  it('a connection dropped inside its upgrade is opened again at once, and no audio is lost', async () => {
+    // In front of the service, a proxy that passes the first WebSocket connection's 101 and then drops
+    // it, as uWebSockets.js 20.57's cork bug does (the page saw the socket open and no event).
+    const target = new URL(svc.baseUrl);
+    let sockets = 0;
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(target.port), target.hostname);
+      let drop: boolean | undefined;
+      let head = Buffer.alloc(0);
+      client.once('data', (d: Buffer) => {
+        drop = /^upgrade:\s*websocket/im.test(d.toString('latin1')) && sockets++ === 0;
+        server.write(d);
+        client.pipe(server);
+      });
+      server.on('data', (d: Buffer) => {
+        if (!drop) return void client.write(d);
+        head = Buffer.concat([head, d]);
+        const end = head.indexOf('\r\n\r\n');
+        if (end >= 0) client.write(head.subarray(0, end + 4), () => (client.destroy(), server.destroy()));
+      });
+      client.on('error', () => server.destroy());
+      server.on('error', () => client.destroy());
+      client.on('close', () => server.destroy());
+      server.on('close', () => client.destroy());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const clip = CLIPS[1];
+      const cli = cliWords(clip.file, key, svc.baseUrl);
+      const port = (proxy.address() as net.AddressInfo).port;
+      const { shown, sent, events } = await throughPage(clip.file, `http://127.0.0.1:${port}`);
+      const heard = locate(samples(sent), samples(pcmOf(clip.file)));
+      const report = `CLI: ${cli}\npage: ${shown}\nevents: ${events.join(' | ')}`;
+      expect(sockets, report).to.equal(2);
+      expect(
+        events.some((e) => e.includes('Connection closed: 1006')),
+        report,
+      ).to.equal(true);
+      // Every frame the page sent went to the second session: the clip whole, after part of its lead-in.
+      expect(heard.at / 16000, report).to.be.within(0.3, LEAD_SECONDS + 0.5);
+      expect(heard.r, report).to.be.at.least(0.97);
+      expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
+    } finally {
+      await new Promise((r) => proxy.close(r));
+    }
+  });
 });

@@ -20,22 +20,29 @@ const mic = {
   backoffMs: 1000,
   utterances: new Map(),
   session: '',
-  /** Frames captured while no socket is open (before the first, between reconnects): sent when one opens. */
+  /** The socket's session exists (`session.created`): frames go to it from then on. */
+  live: false,
+  /** Connections in a row that closed before their session started. */
+  early: 0,
+  /** Frames captured while no session is open (before the first, between reconnects): sent when one starts. */
   queued: [],
 };
+
+/** Connections closed before their session started that are opened again at once (see onClose). */
+const MAX_EARLY_RETRIES = 2;
 
 /** At most this many 100 ms frames wait for a socket (older ones are dropped first). */
 const MAX_QUEUED_FRAMES = 100;
 
 /**
- * A 100 ms frame from the worklet: to the socket when it is open, otherwise
- * kept for it. Capture starts before the session token is fetched and the
+ * A 100 ms frame from the worklet: to the socket once its session has
+ * started, otherwise kept for it. Capture starts before the session token is fetched and the
  * socket opens, so the first words spoken after Start arrive then; sending
  * only while open dropped them, and the session heard the speech from
  * wherever the socket happened to open (issue 39).
  */
 function onFrame(frame) {
-  if (mic.ws && mic.ws.readyState === WebSocket.OPEN) return mic.ws.send(frame);
+  if (mic.ws && mic.live && mic.ws.readyState === WebSocket.OPEN) return mic.ws.send(frame);
   if (!mic.wanted) return;
   mic.queued.push(frame);
   if (mic.queued.length > MAX_QUEUED_FRAMES) mic.queued.shift();
@@ -107,10 +114,7 @@ async function connect() {
   );
   ws.binaryType = 'arraybuffer';
   mic.ws = ws;
-  ws.onopen = () => {
-    // What was captured while connecting goes first, in order.
-    for (const frame of mic.queued.splice(0)) ws.send(frame);
-  };
+  mic.live = false;
   ws.onmessage = (ev) => onEvent(JSON.parse(ev.data));
   ws.onclose = (ev) => onClose(ws, ev);
 }
@@ -118,6 +122,10 @@ async function connect() {
 function onEvent(e) {
   switch (e.type) {
     case 'session.created':
+      // What was captured while connecting goes first, in order.
+      mic.live = true;
+      mic.early = 0;
+      for (const frame of mic.queued.splice(0)) mic.ws?.send(frame);
       // A new session (after a reconnect) numbers its utterances from 0 again.
       endUtterances();
       mic.session = e.session_id;
@@ -170,7 +178,12 @@ function onClose(ws, ev) {
   $('speech-indicator').hidden = true;
   const what = `Connection closed: ${ev.code}${ev.reason ? ` ${ev.reason}` : ''}`;
   logEvent(what);
-  const delay = mic.wanted ? reconnectDelay(ev.code, ev.reason) : -1;
+  // Closed without a word before its session started (uWebSockets.js 20.57 can drop a connection inside
+  // its upgrade): no audio went to it, and a new connection at once loses none.
+  const early = !mic.live && ev.code === 1006 && mic.early < MAX_EARLY_RETRIES;
+  if (early) mic.early++;
+  mic.live = false;
+  const delay = !mic.wanted ? -1 : early ? 0 : reconnectDelay(ev.code, ev.reason);
   if (delay < 0) {
     page.show($('mic-status'), `${what}.`, ev.code === 1000 ? '' : 'error');
     stopMic();
