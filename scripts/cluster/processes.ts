@@ -4,14 +4,31 @@ import net from 'node:net';
 import pg from 'pg';
 import { Agent } from 'undici';
 
+/**
+ * Ports for processes that bind later (once they have loaded, seconds on): from below the kernel's
+ * ephemeral range (32768 and up), where `listen(0)` never hands one out, starting at an offset of
+ * this process's own and never the same one twice in a process. A port `listen(0)` gave was free only
+ * at that moment: a test running beside was given the same one and bound it first, and a realtime
+ * instance answered on an API's port behind the load balancer.
+ */
+const PORT_BASE = 20_000;
+const PORT_SPAN = 12_000;
+let nextPort = PORT_BASE + ((process.pid * 397) % PORT_SPAN);
+
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  for (let tries = 0; tries < 500; tries++) {
+    const port = nextPort;
+    nextPort = PORT_BASE + ((nextPort - PORT_BASE + 1) % PORT_SPAN);
+    if (await canBind(port)) return port;
+  }
+  throw new Error(`no free port in ${PORT_BASE}-${PORT_BASE + PORT_SPAN - 1}`);
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
 }
 

@@ -16,18 +16,13 @@ import pg from 'pg';
 import { createLogger } from '../../shared/logger.js';
 import { BUILTIN_PLANS } from '../../shared/plans.js';
 import { startEmbeddedPostgres, type RunningPostgres } from '../../scripts/embedded/postgres.js';
+import { freePort } from '../../scripts/cluster/processes.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const AUDIO_DIR = path.resolve(ROOT, 'test/audio');
 export const ADMIN_TOKEN = 'faults-admin-' + randomBytes(8).toString('hex');
 
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise((r) => srv.close(r));
-  return port;
-}
+export { freePort };
 
 export function tmpDir(prefix: string): string {
   // World-traversable: run as root, the embedded server runs as the `postgres` user.

@@ -1,7 +1,8 @@
 /**
  * Realtime load generator: N clients each stream real speech (the clips of
  * test/audio, joined with pauses) in 100 ms binary frames at
- * real-time pace for a bounded time, then close 1000. Prints connect time and
+ * real-time pace for a bounded time, then stop sending, wait for the
+ * utterances already cut (at most FINALS_GRACE_MS) and close 1000. Prints connect time and
  * completion latency percentiles. Loopback targets only; stops by itself.
  *
  *   npx tsx test/load/realtime-load.ts --url ws://127.0.0.1:8081/v1/audio/transcriptions/stream \
@@ -18,6 +19,9 @@ const AUDIO_DIR =
   [path.resolve(here, '../audio'), path.resolve(here, '../../../test/audio')].find((d) =>
     fs.existsSync(path.join(d, 'jfk.wav')),
   ) ?? path.resolve(here, '../audio');
+
+/** How long a client waits, once it stops sending, for the finals of utterances already cut. */
+const FINALS_GRACE_MS = 10_000;
 
 export function speechLoop(pauseMs = 600): Buffer {
   const parts: Buffer[] = [];
@@ -121,6 +125,8 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       const t0 = performance.now();
       const ws = new WebSocket(o.url, { headers: o.headers, perMessageDeflate: false });
       const stoppedAt = new Map<number | string, number>();
+      /** Utterances cut (speech_stopped) and not answered yet. */
+      const pending = new Set<number | string>();
       let timer: NodeJS.Timeout | undefined;
       ws.on('unexpected-response', (req, res) => {
         failedConnects++;
@@ -145,8 +151,14 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
         const tick = () => {
           if (ws.readyState !== WebSocket.OPEN) return;
           if (Date.now() >= deadline) {
-            ws.close(1000);
-            return;
+            // A client that leaves waits for what it was promised: an utterance cut just before the
+            // deadline would otherwise count as unanswered (the capacity step's check).
+            const leave = () => {
+              if (ws.readyState !== WebSocket.OPEN) return;
+              if (pending.size === 0 || Date.now() >= deadline + FINALS_GRACE_MS) ws.close(1000);
+              else timer = setTimeout(leave, 50);
+            };
+            return leave();
           }
           const due = Math.floor(((Date.now() - started) * pace) / (o.frameMs ?? 100)) + 1;
           while (sent < due) {
@@ -171,12 +183,15 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
         if (ev.type === 'input_audio_buffer.speech_stopped') {
           stopped++;
           stoppedAt.set(id, performance.now());
+          pending.add(id);
         } else if (openai && ev.type === 'conversation.item.input_audio_transcription.failed') {
+          pending.delete(id);
           utterances++;
           failedUtterances++;
           const code = String(ev.error?.code ?? 'unknown');
           errors[code] = (errors[code] ?? 0) + 1;
         } else if (ev.type === 'conversation.item.input_audio_transcription.completed') {
+          pending.delete(id);
           utterances++;
           if (ev.error) {
             failedUtterances++;

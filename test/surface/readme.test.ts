@@ -8,7 +8,7 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
+import { freePort } from '../../scripts/cluster/processes.js';
 import path from 'node:path';
 import { expect } from 'chai';
 import { REPO_ROOT, startService, type RunningService } from '../helpers/service.js';
@@ -17,15 +17,6 @@ function walkThroughBlocks(): string[] {
   const readme = fs.readFileSync(path.join(REPO_ROOT, 'README.md'), 'utf8');
   const section = readme.split(/^## Walk-through$/m)[1].split(/^## /m)[0];
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]);
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = net.createServer().listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 function substitute(text: string, from: string, to: string): string {

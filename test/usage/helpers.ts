@@ -5,19 +5,13 @@
  * `stop()` and `start()` take it down and bring it back with its data.
  */
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { runEmbeddedPostgres, type RunningPostgres } from '../../scripts/embedded/postgresProcess.js';
+import { freePort } from '../../scripts/cluster/processes.js';
 
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise((r) => srv.close(r));
-  return port;
-}
+export { freePort };
 
 export interface ThrowawayPostgres {
   url: string;
