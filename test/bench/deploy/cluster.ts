@@ -7,8 +7,8 @@
  *   npx tsx test/bench/deploy/cluster.ts [--steps 1,2,4,6,8,10] [--seconds 20] [--trials 3] [--carried N]
  *
  * Lines: connected/clients, refused handshakes, utterances completed/cut by
- * the server (the rest were still pending when the clients left), failed
- * utterances by code, completion percentiles, close codes.
+ * the server (the rest were still pending 10 s after the clients stopped
+ * sending), failed utterances by code, completion percentiles, close codes.
  *
  * 1. Capacity: N concurrent real-time streams of real speech (the Node load
  *    generator), N rising, on instances without admission limits and with a
