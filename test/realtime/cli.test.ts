@@ -3,10 +3,10 @@
  * server with real speech: it streams a file and prints each utterance.
  */
 import { spawn } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { expect } from 'chai';
 import { wer } from '../speech/helpers.js';
+import { dropFirstUpgrade } from '../helpers/dropFirstUpgrade.js';
 import { AUDIO_DIR, realtimeWithBuiltinEngine, refs, repoRoot, type RealtimeTestContext } from './helpers.js';
 
 function run(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -69,45 +69,14 @@ describe('realtime: the stream command-line client', function () {
   });
 
   it('opens the connection again when it closes before the session starts, and streams all of the file', async () => {
-    // A proxy that passes the first connection's upgrade answer and then drops it, as uWebSockets.js
-    // 20.57's cork bug does (the client saw 101 and no event); later connections pass untouched.
-    const target = new URL(ctx.base);
-    let connections = 0;
-    const proxy = net.createServer((client) => {
-      const first = connections++ === 0;
-      const server = net.connect(Number(target.port), target.hostname);
-      client.pipe(server);
-      let head = Buffer.alloc(0);
-      server.on('data', (d: Buffer) => {
-        if (!first) return void client.write(d);
-        head = Buffer.concat([head, d]);
-        const end = head.indexOf('\r\n\r\n');
-        if (end < 0) return;
-        client.write(head.subarray(0, end + 4), () => {
-          client.destroy();
-          server.destroy();
-        });
-      });
-      client.on('error', () => server.destroy());
-      server.on('error', () => client.destroy());
-      client.on('close', () => server.destroy());
-    });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    // The first connection is dropped after its 101, as uWebSockets.js 20.57's cork bug does.
+    const proxy = await dropFirstUpgrade(ctx.base);
     try {
       const { key } = await ctx.issueKey('pro');
-      const port = (proxy.address() as net.AddressInfo).port;
       const file = 'librivox-austen-0880.wav';
-      const r = await run([
-        path.join(AUDIO_DIR, file),
-        '--url',
-        `http://127.0.0.1:${port}`,
-        '--key',
-        key,
-        '--pace',
-        '4',
-      ]);
+      const r = await run([path.join(AUDIO_DIR, file), '--url', proxy.url, '--key', key, '--pace', '4']);
       expect(r.code, r.stderr).to.equal(0);
-      expect(connections).to.equal(2);
+      expect(proxy.upgrades()).to.equal(2);
       expect(r.stderr).to.match(/closed \(1006\) before the session started; connecting again/);
       const text = r.stdout
         .trim()
@@ -116,7 +85,7 @@ describe('realtime: the stream command-line client', function () {
         .join(' ');
       expect(wer(refs().get(file)!, text)).to.be.below(0.6);
     } finally {
-      await new Promise((r) => proxy.close(r));
+      await proxy.close();
     }
   });
 });

@@ -29,7 +29,6 @@
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'chai';
@@ -38,6 +37,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { issueServiceKey, REPO_ROOT, startService, type RunningService } from '../helpers/service.js';
 import { pcmToWav } from '../../shared/audio/index.js';
 import { pcmOf, wer } from '../speech/helpers.js';
+import { dropFirstUpgrade } from '../helpers/dropFirstUpgrade.js';
 
 const LEAD_SECONDS = 2;
 
@@ -209,39 +209,15 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
   }
 
   it('a connection dropped inside its upgrade is opened again at once, and no audio is lost', async () => {
-    // In front of the service, a proxy that passes the first WebSocket connection's 101 and then drops
-    // it, as uWebSockets.js 20.57's cork bug does (the page saw the socket open and no event).
-    const target = new URL(svc.baseUrl);
-    let sockets = 0;
-    const proxy = net.createServer((client) => {
-      const server = net.connect(Number(target.port), target.hostname);
-      let drop: boolean | undefined;
-      let head = Buffer.alloc(0);
-      client.once('data', (d: Buffer) => {
-        drop = /^upgrade:\s*websocket/im.test(d.toString('latin1')) && sockets++ === 0;
-        server.write(d);
-        client.pipe(server);
-      });
-      server.on('data', (d: Buffer) => {
-        if (!drop) return void client.write(d);
-        head = Buffer.concat([head, d]);
-        const end = head.indexOf('\r\n\r\n');
-        if (end >= 0) client.write(head.subarray(0, end + 4), () => (client.destroy(), server.destroy()));
-      });
-      client.on('error', () => server.destroy());
-      server.on('error', () => client.destroy());
-      client.on('close', () => server.destroy());
-      server.on('close', () => client.destroy());
-    });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    // In front of the service: the first WebSocket is dropped after its 101 (the cork bug).
+    const proxy = await dropFirstUpgrade(svc.baseUrl);
     try {
       const clip = CLIPS[1];
       const cli = cliWords(clip.file, key, svc.baseUrl);
-      const port = (proxy.address() as net.AddressInfo).port;
-      const { shown, sent, events } = await throughPage(clip.file, `http://127.0.0.1:${port}`);
+      const { shown, sent, events } = await throughPage(clip.file, proxy.url);
       const heard = locate(samples(sent), samples(pcmOf(clip.file)));
       const report = `CLI: ${cli}\npage: ${shown}\nevents: ${events.join(' | ')}`;
-      expect(sockets, report).to.equal(2);
+      expect(proxy.upgrades(), report).to.equal(2);
       expect(
         events.some((e) => e.includes('Connection closed: 1006')),
         report,
@@ -251,7 +227,7 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       expect(heard.r, report).to.be.at.least(0.97);
       expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
     } finally {
-      await new Promise((r) => proxy.close(r));
+      await proxy.close();
     }
   });
 });
