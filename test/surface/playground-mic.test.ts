@@ -95,6 +95,44 @@ function locate(heard: Int16Array, clip: Int16Array): { at: number; r: number } 
   return best;
 }
 
+/**
+ * The clip's half-second pieces in `heard`, each looked for within 30 ms of where the one before it
+ * was: the worst correlation of a piece, and how far the last piece drifted from the first. Chromium's
+ * fake microphone now and then inserts or drops 10 ms of audio when its timer runs late (seen: the
+ * clip's second half 10 ms later than its first, correlation over the whole clip 0.54-0.75, every
+ * piece 0.96 or more), which the page cannot know about; a lost or repeated 100 ms frame moves the
+ * pieces after it by 100 ms, out of the window, and that piece is not found.
+ */
+function wholeIn(heard: Int16Array, clip: Int16Array): { at: number; worst: number; drift: number } {
+  const PIECE = 8000;
+  const WINDOW = 480;
+  const start = locate(heard, clip);
+  let prev = start.at;
+  let worst = 1;
+  for (let c0 = 0; c0 + PIECE <= clip.length; c0 += PIECE) {
+    const piece = clip.subarray(c0, c0 + PIECE);
+    if (piece.every((v) => Math.abs(v) < 500)) continue;
+    let best = { lag: 0, r: -1 };
+    for (let lag = prev - WINDOW; lag <= prev + WINDOW; lag++) {
+      const at = lag + c0;
+      if (at < 0 || at + PIECE > heard.length) continue;
+      let xy = 0;
+      let xx = 0;
+      let yy = 0;
+      for (let i = 0; i < PIECE; i++) {
+        xy += heard[at + i] * piece[i];
+        xx += heard[at + i] * heard[at + i];
+        yy += piece[i] * piece[i];
+      }
+      const r = xy / Math.sqrt(xx * yy);
+      if (r > best.r) best = { lag, r };
+    }
+    worst = Math.min(worst, best.r);
+    prev = best.lag;
+  }
+  return { at: start.at, worst, drift: Math.abs(prev - start.at) / 16000 };
+}
+
 describe('playground microphone against the CLI (Chromium, fake microphone)', function () {
   this.timeout(600_000);
   let db: TestDatabase;
@@ -115,11 +153,18 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
     if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
   });
 
+  interface PageRun {
+    shown: string;
+    /** What the page sent on its socket (16 kHz PCM16). */
+    sent: Buffer;
+    rate: number;
+    events: string[];
+    /** The frames sent were the worklet's frames, in order, none left out or repeated. */
+    sentAsCaptured: boolean;
+  }
+
   /** The clip spoken once into the page: the words it showed, the audio it sent, the context's rate. */
-  async function throughPage(
-    clip: string,
-    baseUrl = svc.baseUrl,
-  ): Promise<{ shown: string; sent: Buffer; rate: number; events: string[] }> {
+  async function throughPage(clip: string, baseUrl = svc.baseUrl): Promise<PageRun> {
     const mic = path.join(tmp, 'mic.wav');
     execFileSync('sox', [clip, mic, 'pad', String(LEAD_SECONDS), '60']);
     const browser = await launchWithMic(mic);
@@ -127,9 +172,24 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       const page = await browser.newPage();
       // Watches the page's socket: each binary frame it sends is kept (and sent as it would be).
       await page.addInitScript(() => {
-        const w = window as unknown as { sentFrames: number[][]; sampleRates: number[] };
+        const w = window as unknown as {
+          sentFrames: number[][];
+          capturedFrames: number[][];
+          sampleRates: number[];
+        };
         w.sentFrames = [];
+        w.capturedFrames = [];
         w.sampleRates = [];
+        // And each frame the worklet hands the page, before the page's own handler sees it.
+        const Worklet = window.AudioWorkletNode;
+        window.AudioWorkletNode = class extends Worklet {
+          constructor(ctx: BaseAudioContext, name: string, opts?: AudioWorkletNodeOptions) {
+            super(ctx, name, opts);
+            this.port.addEventListener('message', (ev: MessageEvent) => {
+              if (ev.data instanceof ArrayBuffer) w.capturedFrames.push(Array.from(new Int16Array(ev.data)));
+            });
+          }
+        };
         const send = WebSocket.prototype.send;
         WebSocket.prototype.send = function (data) {
           if (data instanceof ArrayBuffer) w.sentFrames.push(Array.from(new Int16Array(data.slice(0))));
@@ -163,15 +223,32 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
         .join(' ')
         .replace(/\s+/g, ' ')
         .trim();
-      const { frames, rates } = await page.evaluate(() => {
-        const w = window as unknown as { sentFrames: number[][]; sampleRates: number[] };
-        return { frames: w.sentFrames, rates: w.sampleRates };
+      const { frames, captured, rates } = await page.evaluate(() => {
+        const w = window as unknown as {
+          sentFrames: number[][];
+          capturedFrames: number[][];
+          sampleRates: number[];
+        };
+        return { frames: w.sentFrames, captured: w.capturedFrames, rates: w.sampleRates };
       });
       const events = await page.locator('#mic-events li').allTextContents();
-      return { shown, sent: Buffer.from(Int16Array.from(frames.flat()).buffer), rate: rates[0], events };
+      const pcm = (f: number[][]) => Buffer.from(Int16Array.from(f.flat()).buffer);
+      // Silent frames repeat: any start at which every sent frame is the captured one will do.
+      const asText = (f: number[] | undefined) => f?.join() ?? '';
+      const sentAsCaptured =
+        frames.length > 0 &&
+        captured.some((_, first) => frames.every((f, i) => asText(captured[first + i]) === asText(f)));
+      return { shown, sent: pcm(frames), rate: rates[0], events, sentAsCaptured };
     } finally {
       await browser.close();
     }
+  }
+
+  /** throughPage, and where and how whole the clip is in what the page sent. */
+  async function heardThroughPage(clip: string, baseUrl = svc.baseUrl) {
+    const run = await throughPage(clip, baseUrl);
+    expect(run.sentAsCaptured, 'the page sent other frames than its worklet gave it').to.be.true;
+    return { ...run, heard: wholeIn(samples(run.sent), samples(pcmOf(clip))) };
   }
 
   const CLIPS = [
@@ -189,18 +266,19 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       const cli = cliWords(clip.file, key, svc.baseUrl);
       expect(cli.split(' ').length, cli).to.be.at.least(10);
 
-      const { shown, sent, rate } = await throughPage(clip.file);
+      const { shown, sent, rate, heard } = await heardThroughPage(clip.file);
       expect(rate, 'the AudioContext’s rate').to.be.oneOf([44100, 48000]);
       const wav = path.join(tmp, 'sent.wav');
       fs.writeFileSync(wav, pcmToWav(sent));
-      const heard = locate(samples(sent), samples(pcmOf(clip.file)));
       const replay = cliWords(wav, key, svc.baseUrl);
       const report =
         `CLI on the file:      ${cli}\npage (${rate} Hz):    ${shown}\nCLI on what it sent: ${replay}\n` +
-        `clip at ${(heard.at / 16000).toFixed(3)} s of ${(sent.length / 32000).toFixed(1)} s sent, r ${heard.r.toFixed(4)}`;
+        `clip at ${(heard.at / 16000).toFixed(3)} s of ${(sent.length / 32000).toFixed(1)} s sent, ` +
+        `worst half second r ${heard.worst.toFixed(4)}, drift ${heard.drift.toFixed(3)} s`;
       // The page sent the clip once, whole, after part of its lead-in, as the file has it.
       expect(heard.at / 16000, report).to.be.within(0.3, LEAD_SECONDS + 0.5);
-      expect(heard.r, report).to.be.at.least(0.97);
+      expect(heard.worst, report).to.be.at.least(0.9);
+      expect(heard.drift, report).to.be.at.most(0.05);
       // The page's words are the CLI's on the same audio (decoders may differ by a word between instances).
       expect(wer(replay, shown), report).to.be.at.most(1 / replay.split(' ').length);
       // And the CLI's on the file, within the engine's own spread for a clip shifted by part of a frame.
@@ -210,24 +288,28 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
 
   it('a connection dropped inside its upgrade is opened again at once, and no audio is lost', async () => {
     // In front of the service: the first WebSocket is dropped after its 101 (the cork bug).
+    const clip = CLIPS[1];
+    const cli = cliWords(clip.file, key, svc.baseUrl);
+    let upgrades = 0;
     const proxy = await dropFirstUpgrade(svc.baseUrl);
+    let run: Awaited<ReturnType<typeof heardThroughPage>>;
     try {
-      const clip = CLIPS[1];
-      const cli = cliWords(clip.file, key, svc.baseUrl);
-      const { shown, sent, events } = await throughPage(clip.file, proxy.url);
-      const heard = locate(samples(sent), samples(pcmOf(clip.file)));
-      const report = `CLI: ${cli}\npage: ${shown}\nevents: ${events.join(' | ')}`;
-      expect(proxy.upgrades(), report).to.equal(2);
-      expect(
-        events.some((e) => e.includes('Connection closed: 1006')),
-        report,
-      ).to.equal(true);
-      // Every frame the page sent went to the second session: the clip whole, after part of its lead-in.
-      expect(heard.at / 16000, report).to.be.within(0.3, LEAD_SECONDS + 0.5);
-      expect(heard.r, report).to.be.at.least(0.97);
-      expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
+      run = await heardThroughPage(clip.file, proxy.url);
     } finally {
+      upgrades = proxy.upgrades();
       await proxy.close();
     }
+    const { shown, heard, events } = run;
+    const report = `CLI: ${cli}\npage: ${shown}\nevents: ${events.join(' | ')}`;
+    expect(upgrades, report).to.equal(2);
+    expect(
+      events.some((e) => e.includes('Connection closed: 1006')),
+      report,
+    ).to.equal(true);
+    // Every frame the page sent went to the second session: the clip whole, after part of its lead-in.
+    expect(heard.at / 16000, report).to.be.within(0.3, LEAD_SECONDS + 0.5);
+    expect(heard.worst, report).to.be.at.least(0.9);
+    expect(heard.drift, report).to.be.at.most(0.05);
+    expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
   });
 });
