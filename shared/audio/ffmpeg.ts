@@ -35,7 +35,7 @@ export const FFMPEG_INPUT_FORMATS = [
 export const FFMPEG_MAX_DATA_BYTES = 256 * 1024 * 1024;
 /** CPU seconds every decode may use, plus FFMPEG_CPU_SECONDS_PER_MB per MiB of input. */
 export const FFMPEG_BASE_CPU_SECONDS = 2;
-export const FFMPEG_CPU_SECONDS_PER_MB = 3;
+export const FFMPEG_CPU_SECONDS_PER_MB = 6;
 
 /** Input options: before `-i`. `pipe` for stdin, `file` for a file on disk. */
 export function ffmpegInputArgs(protocol: 'pipe' | 'file'): string[] {
