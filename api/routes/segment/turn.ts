@@ -23,14 +23,16 @@ export async function inTurn<T>(
   key: string,
   signal: AbortSignal,
   fn: () => Promise<T>,
+  waits: { queueMs: number; ownLineMs: number } = { queueMs: DECODE_QUEUE_MS, ownLineMs: OWN_LINE_MS },
 ): Promise<T> {
   const wait = new AbortController();
   const since = Date.now();
   const check = () => {
-    if (share.overShare(key) && Date.now() - since < OWN_LINE_MS) timer = setTimeout(check, DECODE_QUEUE_MS);
+    if (share.overShare(key) && Date.now() - since < waits.ownLineMs)
+      timer = setTimeout(check, waits.queueMs);
     else wait.abort(new DOMException('clip slot wait timed out', 'TimeoutError'));
   };
-  let timer = setTimeout(check, DECODE_QUEUE_MS);
+  let timer = setTimeout(check, waits.queueMs);
   const onClientGone = () => wait.abort(signal.reason);
   signal.addEventListener('abort', onClientGone, { once: true });
   const stopWaiting = () => {
@@ -49,7 +51,8 @@ export async function inTurn<T>(
       throw new HttpRefusal(
         503,
         'engine_overloaded',
-        `No transcription slot became free within ${DECODE_QUEUE_MS} ms (one key holds at most ${share.perKey} of this server's ${share.size} at once).`,
+        // The wait it had: behind its own key's clips up to ownLineMs, not queueMs.
+        `No transcription slot became free within ${Math.round((Date.now() - since) / 1000)} s (one key holds at most ${share.perKey} of this server's ${share.size} at once).`,
         { retryable: true, headers: { 'Retry-After': '2' } },
       );
     throw err;
