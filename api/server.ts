@@ -13,6 +13,7 @@ import { migrateIfConfigured } from '../shared/db/index.js';
 import { assertKeyPlansKnown } from '../shared/platform.js';
 import { attachRealtimeProxy } from './realtime/proxy.js';
 import { createApp } from './app.js';
+import { answerClientError } from './http/clientError.js';
 import { type AppDeps, closeDeps, createDeps } from './deps.js';
 import { HTTP_TIMEOUT_CHECK_MS } from '../shared/config/platform.js';
 import { sweepDecodeSpool } from '../shared/transcribe/clip.js';
@@ -56,6 +57,7 @@ export async function startApi(
     // a request head must arrive whole within headersTimeoutMs, from a new connection too.
     s.keepAliveTimeout = 65_000;
     s.headersTimeout = config.http.headersTimeoutMs;
+    s.on('clientError', answerClientError);
     await new Promise<void>((resolve, reject) => {
       s.once('error', reject);
       s.listen(i === 0 ? config.http.port : opts.tls!.port, config.http.host, () => resolve());

@@ -40,6 +40,12 @@ function trickle(
   });
 }
 
+/** The `error` object of a raw HTTP answer's JSON body. */
+function jsonError(answer: string): Record<string, unknown> {
+  const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+  return (JSON.parse(body) as { error: Record<string, unknown> }).error;
+}
+
 const upload = (key: string) =>
   'POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n' +
   `Authorization: Bearer ${key}\r\n` +
@@ -150,8 +156,29 @@ describe('slow request heads do not hold connections (the API server as it runs)
   it('a request head trickling a byte a second is answered 408 and closed likewise', async () => {
     const r = await trickle(api.port, 'GET /health HTTP/1.1\r\nX-Slow: ', 6000);
     expect(r.answer).to.match(/^HTTP\/1\.1 408/);
+    expect(jsonError(r.answer)).to.deep.include({ code: 'request_timeout', type: 'invalid_request_error' });
     expect(r.closedAfterMs, 'closed by the server').to.not.equal(null);
     expect(r.closedAfterMs!).to.be.within(1900, 3500);
+  });
+
+  // Refused by Node's parser before the app runs: answered in the error shape, not a bare status line.
+  it('a request head too large gets 431 headers_too_large as JSON, and the connection is closed', async () => {
+    const r = await trickle(
+      api.port,
+      `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n`,
+      2000,
+      '',
+    );
+    expect(r.answer).to.match(/^HTTP\/1\.1 431/);
+    expect(r.answer).to.match(/\r\nContent-Type: application\/json/i);
+    expect(jsonError(r.answer)).to.deep.include({ code: 'headers_too_large', type: 'invalid_request_error' });
+    expect(r.closedAfterMs, 'closed by the server').to.not.equal(null);
+  });
+
+  it('a request that is not HTTP gets 400 invalid_request as JSON', async () => {
+    const r = await trickle(api.port, 'HELLO THERE\r\n\r\n', 2000, '');
+    expect(r.answer).to.match(/^HTTP\/1\.1 400/);
+    expect(jsonError(r.answer)).to.deep.include({ code: 'invalid_request', type: 'invalid_request_error' });
   });
 
   it('an idle keep-alive connection is not cut by the headers timeout: its next request is served', async () => {
