@@ -86,6 +86,8 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
   let tmp: string;
   const offOrigin: string[] = [];
   const pageErrors: string[] = [];
+  /** What the browser itself fetched for the page (not its API calls) and did not get. */
+  const missing: string[] = [];
 
   async function openWithKey(p: Page, key: string) {
     await p.goto(`${svc.baseUrl}/`);
@@ -116,6 +118,10 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
       if (!r.url().startsWith(svc.baseUrl) && !/^(blob|data):/.test(r.url())) offOrigin.push(r.url());
     });
     page.on('pageerror', (e) => pageErrors.push(String(e)));
+    page.on('response', (r) => {
+      const kind = r.request().resourceType();
+      if (r.status() >= 400 && kind !== 'fetch' && kind !== 'xhr') missing.push(`${r.status()} ${r.url()}`);
+    });
     await openWithKey(page, key);
   });
 
@@ -254,8 +260,13 @@ describe('playground in a real browser (Chromium, fake microphone)', function ()
     }
   });
 
-  it('made no request outside its own origin and raised no script errors', () => {
+  it('made no request outside its own origin, missed no resource (a favicon.ico 404 was one) and raised no script errors', () => {
     expect(offOrigin).to.deep.equal([]);
+    expect(missing).to.deep.equal([]);
     expect(pageErrors).to.deep.equal([]);
+  });
+
+  it('declares its icon, so a browser does not ask for /favicon.ico (404)', async () => {
+    expect(await page.locator('link[rel="icon"]').count()).to.equal(1);
   });
 });
