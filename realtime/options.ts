@@ -116,7 +116,11 @@ export function normalizeSessionLanguage(v: string): string | undefined {
 export function applySessionUpdate(
   current: SessionSettings,
   msg: Record<string, unknown>,
-  caps: { maxSpeechMsCap: number },
+  caps: {
+    maxSpeechMsCap: number;
+    /** Languages the engine serving the session transcribes (`*`: any); others are refused here. */
+    languages?: string[];
+  },
 ): UpdateResult {
   // Clients of OpenAI-style APIs nest options under `session`; accept both shapes, and both at once
   // (a field given in both places takes the nested value).
@@ -145,6 +149,15 @@ export function applySessionUpdate(
     if (spec.key === 'language') {
       const lang = normalizeSessionLanguage(value as string);
       if (!lang) return bad(name, 'must be a language code such as "en", "zh-cn" or "auto"');
+      // Refused now, as the segment endpoint refuses it, not after each utterance has failed.
+      const known = caps.languages ?? ['*'];
+      if (lang !== 'auto' && !known.includes('*') && !known.includes(lang))
+        return {
+          ok: false,
+          code: 'unsupported_language',
+          field: name,
+          message: `session.update: language "${value as string}" is not supported (supported: ${known.join(', ')}).`,
+        };
       v = lang;
     }
     (next as unknown as Record<string, unknown>)[spec.key] = v;

@@ -198,7 +198,10 @@ export class RealtimeSession implements UtteranceHost {
   }
 
   private update(m: SessionUpdateMessage): void {
-    const r = applySessionUpdate(this._settings, m, { maxSpeechMsCap: this.deps.config.maxSpeechMsCap });
+    const r = applySessionUpdate(this._settings, m, {
+      maxSpeechMsCap: this.deps.config.maxSpeechMsCap,
+      languages: this.deps.engine.languages(),
+    });
     if (!r.ok) return this.error(r.code, r.message, { field: r.field });
     this._settings = r.settings;
     this.utterances.configure(this._settings);

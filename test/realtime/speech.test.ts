@@ -106,6 +106,21 @@ describe('realtime with real speech (silero VAD + built-in engine)', function ()
     return { done, seen: engine.seen.slice(before), c };
   }
 
+  it('a language the built-in engine does not transcribe is refused at session.update, not utterance by utterance', async () => {
+    const { key } = await ctx.issueKey('pro');
+    const c = await connect(ctx.url, bearer(key));
+    await c.next('session.created');
+    c.send({ type: 'session.update', language: 'zh' });
+    const e = await c.next('error');
+    expect(e).to.include({ code: 'unsupported_language', field: 'language' });
+    // The session goes on: English is taken.
+    c.send({ type: 'session.update', language: 'en' });
+    const ok = await c.next('session.updated');
+    expect(ok.session.language).to.equal('en');
+    c.ws.close(1000);
+    await c.closed;
+  });
+
   it("jfk.wav at real-time pace: the completed texts are the segment endpoint's words for the same audio", async () => {
     const { done, seen } = await streamClip('jfk.wav', 1);
     expect(done.length).to.be.greaterThan(0);

@@ -115,3 +115,17 @@ describe('unit: session.update options', () => {
     expect(r.ok && r.ignored).to.deep.equal(['constructor', 'toString', 'translateTo']);
   });
 });
+
+describe('unit: session.update language against the engine', () => {
+  it('refuses a language the engine does not transcribe (as the segment endpoint does), keeps the rest', () => {
+    const builtin = { ...caps, languages: ['en'] };
+    const zh = applySessionUpdate(base, { type: 'session.update', language: 'zh' }, builtin);
+    expect(zh).to.include({ ok: false, code: 'unsupported_language', field: 'language' });
+    expect(!zh.ok && zh.message).to.include('supported: en');
+    for (const ok of ['en', 'en-US', 'auto', ''])
+      expect(applySessionUpdate(base, { type: 'session.update', language: ok }, builtin).ok, ok).to.equal(true);
+    // Remote workers take any language and say so themselves.
+    const anyEngine = { ...caps, languages: ['*'] };
+    expect(applySessionUpdate(base, { type: 'session.update', language: 'zh' }, anyEngine).ok).to.equal(true);
+  });
+});
