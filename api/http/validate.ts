@@ -10,6 +10,16 @@ import { ApiError } from './errors.js';
 
 export { ajv, compile } from '../../shared/validation.js';
 
+/** What a pattern asks, in words (clients are shown this, not the regular expression). */
+function patternInWords(pattern: string): string {
+  if (pattern.startsWith('^[hH][tT][tT][pP]')) return 'must be an http:// or https:// URL';
+  if (pattern.startsWith('^[^')) return 'must not contain control or text-direction characters';
+  if (pattern.startsWith('^cf_')) return 'must be a workflow id (cf_ and 64 hexadecimal digits)';
+  if (pattern.includes('A-Za-z0-9._:-'))
+    return 'must be 1-128 letters, digits, dots, underscores, colons or hyphens (not "." or "..")';
+  return 'has a form that is not allowed';
+}
+
 export function describeAjvError(e: ErrorObject | undefined, where: string): string {
   if (!e) return `${where} is invalid.`;
   const field = e.instancePath ? e.instancePath.slice(1).replace(/\//g, '.') : where;
@@ -22,6 +32,11 @@ export function describeAjvError(e: ErrorObject | undefined, where: string): str
       return `Field "${field}" must be of type ${(e.params as { type: string }).type}.`;
     case 'format':
       return `Field "${field}" must be a valid ${(e.params as { format: string }).format}.`;
+    case 'pattern':
+      return `Field "${field}" ${patternInWords((e.params as { pattern: string }).pattern)}.`;
+    case 'not':
+      // ajv's own words are "must NOT be valid"; the schemas use `not` for reserved values.
+      return `Field "${field}" has a reserved value or one that is not allowed.`;
     default:
       return `Field "${field}" ${e.message ?? 'is invalid'}.`;
   }
