@@ -152,10 +152,10 @@ describe('RealtimeSession through a fake transport (real VAD, real engine)', fun
   it('session.update answers session.updated with the effective settings and the stripped names', () => {
     const { s, t } = open();
     s.onText(
-      JSON.stringify({ type: 'session.update', session: { language: 'French', vadSilenceMs: 700 }, x: 1 }),
+      JSON.stringify({ type: 'session.update', session: { language: 'English', vadSilenceMs: 700 }, x: 1 }),
     );
     const up = t.of('session.updated')[0];
-    expect(up.session).to.include({ language: 'fr', vad_silence_ms: 700 });
+    expect(up.session).to.include({ language: 'en', vad_silence_ms: 700 });
     expect(up.ignored_fields).to.deep.equal(['x']);
     expect(up.audio).to.deep.equal({ format: 'pcm_s16le', sample_rate: 16000, channels: 1 });
     s.onTransportClosed(1000);
