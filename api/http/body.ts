@@ -9,7 +9,8 @@ import { ApiError } from './errors.js';
 export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}): Middleware {
   const parse = koaBody({
     json: true,
-    jsonStrict: true,
+    // Any JSON parses; what is not an object is refused below by name, not as "not valid JSON".
+    jsonStrict: false,
     jsonLimit: limitBytes,
     multipart: false,
     urlencoded: false,

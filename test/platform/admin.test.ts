@@ -229,6 +229,17 @@ describe('admin API', () => {
         'invalid_json',
       );
       await bad(request(t.server).post(KEYS).set(admin).send([1, 2]), 400, 'invalid_json');
+      // Valid JSON that is not an object is called what it is, not "not valid JSON".
+      for (const body of ['null', '7', '"keys"', '[1, 2]']) {
+        const res = await request(t.server)
+          .post(KEYS)
+          .set(admin)
+          .set('Content-Type', 'application/json')
+          .send(body)
+          .expect(400);
+        envelope(res.body, 'invalid_json');
+        expect(res.body.error.message, body).to.equal('The request body must be a JSON object.');
+      }
       await bad(request(t.server).post(KEYS).set(admin).send({ plan: 7 }), 400, 'invalid_request');
       await bad(request(t.server).post(KEYS).set(admin).send({ colour: 'red' }), 400, 'invalid_request');
       await bad(
