@@ -20,6 +20,10 @@ export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}
       if (e.status === 413 || e.type === 'entity.too.large') {
         throw new ApiError(413, 'payload_too_large', `The request body exceeds ${limitBytes} bytes.`);
       }
+      // secure-json-parse refuses prototype poisoning: valid JSON, a forbidden field.
+      if (/forbidden prototype property/.test(String(err?.message))) {
+        throw new ApiError(400, 'invalid_request', 'A field named "__proto__" is not allowed.');
+      }
       throw new ApiError(400, 'invalid_json', 'The request body is not valid JSON.');
     },
   });

@@ -240,7 +240,19 @@ describe('admin API', () => {
         envelope(res.body, 'invalid_json');
         expect(res.body.error.message, body).to.equal('The request body must be a JSON object.');
       }
+      for (const body of ['{"__proto__": {"plan": "pro"}}', '{"label": "x", "__proto__": null}']) {
+        const res = await request(t.server)
+          .post(KEYS)
+          .set(admin)
+          .set('Content-Type', 'application/json')
+          .send(body)
+          .expect(400);
+        envelope(res.body, 'invalid_request');
+        expect(res.body.error.message, body).to.match(/__proto__/);
+      }
       await bad(request(t.server).post(KEYS).set(admin).send({ plan: 7 }), 400, 'invalid_request');
+      const typed = await request(t.server).post(KEYS).set(admin).send({ owner_id: 5 }).expect(400);
+      expect(typed.body.error.message).to.equal('Field "owner_id" must be of type string.');
       await bad(request(t.server).post(KEYS).set(admin).send({ colour: 'red' }), 400, 'invalid_request');
       await bad(
         request(t.server).post(KEYS).set(admin).send({ expires_at: 'tomorrow' }),

@@ -23,7 +23,8 @@ export const issueKeyBody = {
       maxLength: 200,
       pattern: NO_CONTROL_CHARS,
       // `default:` names the tenants of keys issued with the default owner (shared/auth/keyStore.ts).
-      not: { pattern: '^default:' },
+      // (`type` inside `not`: a number is refused by `type` above, as "must be of type string".)
+      not: { type: 'string', pattern: '^default:' },
       default: DEFAULT_OWNER,
       description:
         'Tenant of the key (stored in Unicode NFC). Keys of one owner share its jobs, artifacts and request_ids. The default owner `default` shares nothing: each key issued with it is a tenant of its own.',
