@@ -308,17 +308,19 @@ export class BatchRuntime {
   /**
    * Early refusal of URLs that can never be fetched: not http(s), with
    * credentials, or an IP literal outside the allowed ranges. Host names are
-   * checked when fetched, on the address actually connected to.
+   * checked when fetched, on the address actually connected to. Returns why
+   * the URL is refused (a sentence), or null when it may be fetched.
    */
-  destinationAllowed(raw: string): boolean {
+  destinationRefusal(raw: string): string | null {
     let url: URL;
     try {
       url = OutboundClient.parseUrl(raw);
-    } catch {
-      return false;
+    } catch (err) {
+      return err instanceof Error ? err.message : 'The URL is not allowed.';
     }
     const host = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
-    return !isIpLiteral(host) || this.outbound.policy.addressAllowed(host, url.hostname);
+    if (!isIpLiteral(host) || this.outbound.policy.addressAllowed(host, url.hostname)) return null;
+    return 'Loopback and private addresses are refused unless the server setting OUTBOUND_ALLOW lists them.';
   }
 
   async submit(principal: Principal, body: JobRequest): Promise<JobAccepted> {

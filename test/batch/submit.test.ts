@@ -235,8 +235,29 @@ describe('batch: default outbound policy (no allow-list)', function () {
       expect(r.status).to.equal(400);
       expect(r.body.error).to.include('OUTBOUND_ALLOW'); // names the setting that allows it
     }
-    expect(t.runtime.destinationAllowed('http://localhost/a.wav')).to.equal(true); // names are checked at fetch time
+    expect(t.runtime.destinationRefusal('http://localhost/a.wav')).to.equal(null); // names are checked at fetch time
     expect(t.runtime.outbound.policy.addressAllowed('127.0.0.1', 'localhost')).to.equal(false);
+  });
+
+  it('says why a URL is refused: credentials, scheme, address', async () => {
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ audio_url: 'https://user:pw@example.com/a.wav' }, /"audio_url".*credentials/],
+      [
+        { audio_url: 'https://example.com/a.wav', webhook_url: 'https://u:p@example.com/h' },
+        /"webhook_url".*credentials/,
+      ],
+      [{ audio_url: 'ftp://example.com/a.wav' }, /must be an http/],
+      [{ audio_url: 'http://10.0.0.1/a.wav' }, /OUTBOUND_ALLOW/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await request(t.server)
+        .post('/v1/audio/transcriptions/jobs')
+        .set('authorization', `Bearer ${key}`)
+        .send(body);
+      expect(r.status, JSON.stringify(body)).to.equal(400);
+      expect(r.body.code).to.equal('invalid_request');
+      expect(r.body.error, JSON.stringify(body)).to.match(message);
+    }
   });
 
   it('a host name resolving to loopback is refused when fetched: the job errors', async () => {

@@ -37,11 +37,12 @@ export function submitHandler(deps: AppDeps): Middleware {
     const runtime = deps.batch;
     for (const field of ['audio_url', 'webhook_url'] as const) {
       const url = body[field];
-      if (url !== undefined && !runtime.destinationAllowed(url)) {
+      const refusal = url === undefined ? null : runtime.destinationRefusal(url);
+      if (refusal) {
         throw new ApiError(
           400,
           'invalid_request',
-          `Field "${field}" must be a public http(s) URL (loopback and private addresses are refused unless the server setting OUTBOUND_ALLOW lists them).`,
+          `Field "${field}" must be a public http(s) URL: ${refusal}`,
         );
       }
     }
