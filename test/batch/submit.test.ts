@@ -165,6 +165,8 @@ describe('batch: submission', function () {
       '/r2/transcription/a/..%2F..%2Fx',
       '/r2/transcription//x.json',
       '/r2/a\\b.json',
+      '/r2/transcription%2F%252e%252e%2Fx.json',
+      '/r2/transcription/%E0%A4%A.json',
     ]) {
       const r = await request(t.server).get(p).set(auth);
       expect([400, 404], p).to.include(r.status);
@@ -185,9 +187,9 @@ describe('batch: submission', function () {
       expect(r.status, p).to.equal(404);
       expect(r.body.error, p).to.be.a('string');
     }
-    expect((await request(t.server).get('/r2/transcription/r1/result.json').set(auth)).body).to.deep.equal({
-      text: 'x',
-    });
+    // As generated clients send a path parameter: percent-encoded.
+    for (const p of ['/r2/transcription/r1/result.json', '/r2/transcription%2Fr1%2Fresult.json'])
+      expect((await request(t.server).get(p).set(auth)).body, p).to.deep.equal({ text: 'x' });
   });
 
   it('unrelated single-segment paths still get the generic 404', async () => {

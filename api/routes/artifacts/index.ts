@@ -2,8 +2,8 @@
  * GET /r2/{key} (interface 4.10): a stored JSON artifact of the calling
  * tenant, e.g. `transcription/{request_id}/result.json`. Keys resolve inside
  * the tenant's own key space, so another tenant's artifacts are simply not
- * there (404). Keys that try to leave it (`..`, absolute, backslashes,
- * percent-encoded anything) are refused (404 `invalid_key`) before reaching storage.
+ * there (404). Keys that try to leave it (`..`, absolute, backslashes, plain or
+ * percent-encoded) are refused (404 `invalid_key`) before reaching storage.
  */
 import type { AppDeps } from '../../deps.js';
 import { requireApiKey } from '../../http/auth.js';
@@ -16,14 +16,18 @@ import { assertSafeKey, InvalidKeyError } from '../../batch/storage/index.js';
 
 export const ARTIFACT_PREFIX = '/r2/';
 
-/** The key exactly as sent (Koa's ctx.path is not percent-decoded). */
+/**
+ * The key from the path (Koa's ctx.path is not percent-decoded), decoded once: clients that encode
+ * path parameters send `transcription%2F{id}%2Fresult.json`. The decoded key is what is checked, so
+ * an encoded `..` or leading `/` is refused like a plain one, and `%` is not a key character (a key
+ * encoded twice is refused, never decoded again).
+ */
 export function artifactKeyFromPath(rawPath: string): string {
-  const key = rawPath.slice(ARTIFACT_PREFIX.length);
   try {
-    return assertSafeKey(key);
+    return assertSafeKey(decodeURIComponent(rawPath.slice(ARTIFACT_PREFIX.length)));
   } catch (err) {
     // 404 like any key that names nothing (interface 7.2), with its own code.
-    if (err instanceof InvalidKeyError)
+    if (err instanceof InvalidKeyError || err instanceof URIError)
       throw new ApiError(404, 'invalid_key', 'Artifact not found: the key is not allowed.');
     throw err;
   }
@@ -52,7 +56,7 @@ export function routes(deps: AppDeps): Route[] {
         operationId: 'getArtifact',
         summary: 'Read a stored JSON artifact of the calling tenant',
         description:
-          'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes. Only the tenant that created the job can read them.',
+          'Keys: `transcription/{request_id}/chunk_{i}.json`, `result.json`, `review_chunk_{i}.json`, `reviewed_result.json`. The key may contain slashes, sent as they are or percent-encoded (`%2F`). Only the tenant that created the job can read them.',
         tags: ['batch'],
         security: 'apiKey',
         parameters: [
