@@ -189,6 +189,10 @@ export class OpenAIProtocol implements SessionProtocol {
           `session.type ${JSON.stringify(session.type).slice(0, 32)} is not served here: only "transcription".`,
         );
       }
+      if (session.audio !== undefined && !isObject(session.audio))
+        return invalid('invalid_session_update', 'audio must be an object.');
+      if (isObject(session.audio) && session.audio.input !== undefined && !isObject(session.audio.input))
+        return invalid('invalid_session_update', 'audio.input must be an object.');
       const input = isObject(session.audio) && isObject(session.audio.input) ? session.audio.input : {};
       if (input.format !== undefined) {
         const f = input.format;

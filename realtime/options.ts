@@ -6,7 +6,7 @@
  */
 import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
-import { compile } from '../shared/validation.js';
+import { FREE_TEXT, compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
 import type { PresentedSettings } from './wire.js';
 import { isObject } from './protocol.js';
@@ -48,7 +48,7 @@ interface FieldSpec {
 const FIELDS: Record<string, FieldSpec> = {
   language: { key: 'language', schema: text },
   // Characters, not UTF-16 code units (ajv counts code points): an emoji counts once.
-  prompt: { key: 'prompt', schema: { ...text, maxLength: MAX_PROMPT_CHARS } },
+  prompt: { key: 'prompt', schema: { ...text, maxLength: MAX_PROMPT_CHARS, pattern: FREE_TEXT } },
   backend: { key: 'backend', schema: text },
   sttModel: { key: 'sttModel', schema: text },
   stt_model: { key: 'sttModel', schema: text },
@@ -96,6 +96,8 @@ function invalid(e: ErrorObject | undefined): UpdateResult {
       return bad(field, `must be at most ${p.limit} characters`);
     case 'enum':
       return bad(field, 'must be one of "low", "medium", "high", "auto" or null');
+    case 'pattern':
+      return bad(field, 'must not contain control characters (tabs and line breaks are allowed)');
     default:
       return bad(field, e?.message ?? 'is invalid');
   }
@@ -124,6 +126,7 @@ export function applySessionUpdate(
 ): UpdateResult {
   // Clients of OpenAI-style APIs nest options under `session`; accept both shapes, and both at once
   // (a field given in both places takes the nested value).
+  if (msg.session !== undefined && !isObject(msg.session)) return bad('session', 'must be an object');
   const nested = isObject(msg.session) ? msg.session : undefined;
   const src: Record<string, unknown> = { ...msg, ...nested };
   delete src.type;

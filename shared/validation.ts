@@ -16,6 +16,24 @@ export const ajv = addFormats(
   new Ajv({ allErrors: false, useDefaults: true, strict: false, coerceTypes: false }),
 );
 
+/**
+ * Printable text only (ajv compiles patterns with the `u` flag): no C0 or C1
+ * controls (NUL cannot be stored), no bidirectional overrides or isolates and
+ * no line or paragraph separators (they reach logs and admin JSON), and no
+ * lone surrogates (UTF-8 cannot carry them: Postgres would store each as
+ * U+FFFD, so `"a\ud800"` and `"a\udfff"` became the same owner). Names,
+ * labels, vocabulary words.
+ */
+export const PRINTABLE_TEXT =
+  '^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff]*$';
+
+/**
+ * Free text a user writes (a prompt): tabs and line breaks and any script's
+ * direction marks are allowed; other controls (NUL included) and lone
+ * surrogates are not.
+ */
+export const FREE_TEXT = '^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\ud800-\\udfff]*$';
+
 const compiled = new WeakMap<object, ValidateFunction>();
 
 /** The validator of a schema object, compiled once. */

@@ -5,6 +5,7 @@
 import { WORKFLOW_STATUSES } from './types.js';
 import { RESPONSE_FORMATS } from '../../shared/stt/formats.js';
 import { MIN_SEGMENT_SECONDS } from '../../shared/config/batch.js';
+import { FREE_TEXT } from '../../shared/validation.js';
 
 /**
  * Every number of a request has both bounds in its schema: JSON's `1e309`
@@ -40,7 +41,12 @@ export const jobRequestSchema = {
     },
     language: { type: 'string', minLength: 1, maxLength: 16, description: 'Language hint, e.g. `en`.' },
     model: { type: 'string', minLength: 1, maxLength: 200, description: 'STT model override.' },
-    prompt: { type: 'string', maxLength: 2000, description: 'Transcription context hint.' },
+    prompt: {
+      type: 'string',
+      maxLength: 2000,
+      pattern: FREE_TEXT,
+      description: 'Transcription context hint.',
+    },
     segment_seconds: {
       type: 'number',
       exclusiveMinimum: 0,

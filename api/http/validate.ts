@@ -8,12 +8,15 @@ import type { Middleware } from 'koa';
 import { compile } from '../../shared/validation.js';
 import { ApiError } from './errors.js';
 
+import { FREE_TEXT } from '../../shared/validation.js';
 export { ajv, compile } from '../../shared/validation.js';
 
 /** What a pattern asks, in words (clients are shown this, not the regular expression). */
 function patternInWords(pattern: string): string {
   if (pattern.startsWith('^[hH][tT][tT][pP]')) return 'must be an http:// or https:// URL';
+  if (pattern === FREE_TEXT) return 'must not contain control characters (tabs and line breaks are allowed)';
   if (pattern.startsWith('^[^')) return 'must not contain control or text-direction characters';
+  if (pattern === '\\p{L}') return 'must contain a letter';
   if (pattern.startsWith('^cf_')) return 'must be a workflow id (cf_ and 64 hexadecimal digits)';
   if (pattern.includes('A-Za-z0-9._:-'))
     return 'must be 1-128 letters, digits, dots, underscores, colons or hyphens (not "." or "..")';

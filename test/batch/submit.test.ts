@@ -72,6 +72,7 @@ describe('batch: submission', function () {
     ['webhook_url not http', { audio_url: 'https://e.com/a', webhook_url: 'javascript:alert(1)' }],
     ['request_id with traversal', { audio_url: 'https://e.com/a', request_id: '../x' }],
     ['request_id dot-dot', { audio_url: 'https://e.com/a', request_id: '..' }],
+    ['prompt with a NUL', { audio_url: 'https://e.com/a', prompt: 'a\u0000b' }],
   ];
   for (const [name, body] of bad) {
     it(`400 {error} for ${name}`, async () => {

@@ -269,6 +269,13 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
         'unsupported_audio_format',
       ],
       [{ type: 'input_audio_buffer.append', audio: '%%%' }, 'invalid_audio'],
+      // Containers of the wrong type are refused, not ignored.
+      [{ type: 'session.update', session: { type: 'transcription', audio: 'x' } }, 'invalid_session_update'],
+      [{ type: 'session.update', session: { audio: { input: 'str' } } }, 'invalid_session_update'],
+      [
+        { type: 'session.update', session: { audio: { input: { transcription: { prompt: 'a\u0000b' } } } } },
+        'invalid_session_update',
+      ],
     ];
     for (const [msg, code] of tries) {
       const from = c.events.length;

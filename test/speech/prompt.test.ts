@@ -98,6 +98,11 @@ describe('prompt and vocabulary bias the built-in engine (issue 37)', function (
       { words: [{ word: 'a', extra: 1 }] },
       tooMany,
       { words: 'x' },
+      // Not text: controls, direction overrides, line breaks, NUL (before it reaches the store).
+      { words: [{ word: '\u202eevil\u202c' }] },
+      { words: [{ word: 'foo\nbar' }] },
+      { words: [{ word: 'a\u0000b' }] },
+      { words: [{ word: 'zork', spoken: ['a\tb'] }] },
     ])
       expect(
         (

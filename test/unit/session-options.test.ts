@@ -26,6 +26,21 @@ describe('unit: session.update options', () => {
     expect(r.languageChanged).to.equal(true);
   });
 
+  it('refuses a `session` that is not an object, and control characters in a prompt (tabs and line breaks pass)', () => {
+    for (const session of ['str', 7, null, [1]]) {
+      const r = update({ session });
+      expect(r.ok, JSON.stringify(session)).to.equal(false);
+      if (!r.ok) expect([r.code, r.field]).to.deep.equal(['invalid_session_update', 'session']);
+    }
+    for (const prompt of ['a\u0000b', 'bell\u0007', 'lone \ud800']) {
+      const r = update({ prompt });
+      expect(r.ok, JSON.stringify(prompt)).to.equal(false);
+      if (!r.ok) expect(r.field).to.equal('prompt');
+    }
+    const ok = update({ prompt: 'Kubernetes,\tGrafana\nשלום \u202b' });
+    expect(ok.ok && ok.settings.prompt).to.equal('Kubernetes,\tGrafana\nשלום \u202b');
+  });
+
   it('refuses names longer than 200 characters and Infinity (1e309) anywhere (issue 41)', () => {
     for (const name of ['backend', 'stt_model', 'normalizer_model', 'translate_to', 'language']) {
       const r = update({ [name]: 'x'.repeat(201) });
@@ -123,7 +138,9 @@ describe('unit: session.update language against the engine', () => {
     expect(zh).to.include({ ok: false, code: 'unsupported_language', field: 'language' });
     expect(!zh.ok && zh.message).to.include('supported: en');
     for (const ok of ['en', 'en-US', 'auto', ''])
-      expect(applySessionUpdate(base, { type: 'session.update', language: ok }, builtin).ok, ok).to.equal(true);
+      expect(applySessionUpdate(base, { type: 'session.update', language: ok }, builtin).ok, ok).to.equal(
+        true,
+      );
     // Remote workers take any language and say so themselves.
     const anyEngine = { ...caps, languages: ['*'] };
     expect(applySessionUpdate(base, { type: 'session.update', language: 'zh' }, anyEngine).ok).to.equal(true);

@@ -1,16 +1,8 @@
 import type { FromSchema } from 'json-schema-to-ts';
 import { planLimitsSchema } from '../../openapi/schemas.js';
 import { DEFAULT_OWNER } from '../../../shared/auth/keyStore.js';
+import { PRINTABLE_TEXT } from '../../../shared/validation.js';
 
-/**
- * Printable text only (ajv compiles patterns with the `u` flag): no C0 or C1
- * controls (NUL cannot be stored), no bidirectional overrides or isolates and
- * no line or paragraph separators (they reach logs and admin JSON), and no
- * lone surrogates (UTF-8 cannot carry them: Postgres would store each as
- * U+FFFD, so `"a\ud800"` and `"a\udfff"` became the same owner).
- */
-export const PRINTABLE_TEXT =
-  '^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff]*$';
 const NO_CONTROL_CHARS = PRINTABLE_TEXT;
 
 export const issueKeyBody = {

@@ -1,6 +1,7 @@
 /** Request and response schemas of the segment endpoint. */
 import type { FromSchema } from 'json-schema-to-ts';
 import { RESPONSE_FORMATS } from '../../../shared/stt/formats.js';
+import { FREE_TEXT } from '../../../shared/validation.js';
 
 /** The form's text fields, checked by the project's ajv (unknown fields are accepted, as OpenAI's SDK sends some). */
 export const segmentFieldsSchema = {
@@ -14,7 +15,9 @@ export const segmentFieldsSchema = {
     prompt: {
       type: 'string',
       maxLength: 2000,
-      description: 'Context prompt (at most 2000 characters, as on the other planes)',
+      pattern: FREE_TEXT,
+      description:
+        'Context prompt (at most 2000 characters, as on the other planes; no control characters but tabs and line breaks)',
     },
     response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
     worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },

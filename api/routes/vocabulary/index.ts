@@ -22,6 +22,7 @@ import { pathParam } from '../../openapi/registry.js';
 import { adminEnvelope, apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import { ADMIN_PREFIX, adminDoc, adminErrors } from '../admin/index.js';
 import { keyIdParam } from '../admin/schemas.js';
+import { PRINTABLE_TEXT } from '../../../shared/validation.js';
 
 export const VOCABULARY_PATH = '/v1/vocabulary';
 /** Entries a key may keep; each word and spoken form is bounded too. */
@@ -45,13 +46,19 @@ export const vocabularySchema = {
             type: 'string',
             minLength: 1,
             maxLength: 64,
-            pattern: '\\p{L}',
+            // A letter, and nothing that is not text (controls, direction overrides, line breaks).
+            allOf: [{ pattern: '\\p{L}' }, { pattern: PRINTABLE_TEXT }],
             description: 'A word or short phrase, e.g. `Kubernetes`, `HAProxy`, `Saoirse Ronan`.',
           },
           spoken: {
             type: 'array',
             maxItems: 4,
-            items: { type: 'string', minLength: 1, maxLength: 100, pattern: '\\p{L}' },
+            items: {
+              type: 'string',
+              minLength: 1,
+              maxLength: 100,
+              allOf: [{ pattern: '\\p{L}' }, { pattern: PRINTABLE_TEXT }],
+            },
             description: 'How it is said, in words the dictionary knows: `HAProxy` → `h a proxy`.',
           },
         },
