@@ -2,6 +2,9 @@ import type { Middleware } from 'koa';
 import { koaBody } from 'koa-body';
 import { ApiError } from './errors.js';
 
+/** Content types read as JSON. */
+const JSON_TYPES = ['application/json', '+json'];
+
 /**
  * JSON body parsing for JSON routes. A non-empty body must be declared as
  * JSON and parse as a JSON object; errors become 400/413 in the route's plane.
@@ -12,6 +15,9 @@ export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}
     // Any JSON parses; what is not an object is refused below by name, not as "not valid JSON".
     jsonStrict: false,
     jsonLimit: limitBytes,
+    // Every type the gate below admits is parsed (koa-body's own list left application/merge-patch+json
+    // and other +json types unparsed, read as an empty body).
+    jsonTypes: JSON_TYPES,
     multipart: false,
     urlencoded: false,
     text: false,
@@ -35,7 +41,7 @@ export function jsonBody(limitBytes: number, opts: { allowEmpty?: boolean } = {}
       await next();
       return;
     }
-    if (!ctx.is('application/json', '+json')) {
+    if (!ctx.is(JSON_TYPES)) {
       throw new ApiError(
         400,
         'invalid_json',

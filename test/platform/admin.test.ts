@@ -239,6 +239,14 @@ describe('admin API', () => {
         ['{"__proto__": {"plan": "pro"}}', 'invalid_request', /__proto__/],
         ['{"label": "x", "__proto__": null}', 'invalid_request', /__proto__/],
       ];
+      // Any +json type the route admits is parsed (merge-patch was read as an empty body).
+      for (const type of ['application/merge-patch+json', 'application/foo+json; charset=utf-8'])
+        await request(t.server)
+          .post(KEYS)
+          .set(admin)
+          .set('Content-Type', type)
+          .send('{"owner_id": "plus-json"}')
+          .expect(201);
       for (const [body, code, message] of raw) {
         const res = await request(t.server)
           .post(KEYS)
