@@ -40,6 +40,9 @@ import {
 } from './openaiWire.js';
 import { Resampler24To16 } from './resample.js';
 import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
+import { PRINTABLE_TEXT } from '../shared/validation.js';
+
+const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
 
 export interface OpenAIConnect {
   /** `OpenAI-Beta: realtime=v1`: the session is announced as `transcription_session.created`. */
@@ -230,6 +233,11 @@ export class OpenAIProtocol implements SessionProtocol {
         // Values are checked, never converted: `{"toString": null}` cannot become a string.
         if (transcription.model !== null && typeof transcription.model !== 'string')
           return invalid('invalid_session_update', 'transcription.model must be a string or null.');
+        if (typeof transcription.model === 'string' && !PRINTABLE.test(transcription.model))
+          return invalid(
+            'invalid_session_update',
+            'transcription.model must not contain control or text-direction characters.',
+          );
         choices.model = transcription.model;
       }
       // '' is OpenAI's "not set": detection.

@@ -6,7 +6,7 @@
  */
 import type { ErrorObject } from 'ajv';
 import { normalizeLanguage } from '../shared/stt/language.js';
-import { FREE_TEXT, compile } from '../shared/validation.js';
+import { FREE_TEXT, PRINTABLE_TEXT, compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
 import type { PresentedSettings } from './wire.js';
 import { isObject } from './protocol.js';
@@ -30,7 +30,7 @@ export interface SessionSettings extends SegmenterSettings {
  * it is. Names are short: every `session.updated` echoes them, so a 500 KB
  * `backend` turned each 25-byte update into 500 KB sent (issue 41, third pass).
  */
-const text = { type: ['string', 'null'], maxLength: 200 } as const;
+const text = { type: ['string', 'null'], maxLength: 200, pattern: PRINTABLE_TEXT } as const;
 const flag = { type: ['boolean', 'null'] } as const;
 /** Turn-end eagerness (OpenAI's semantic_vad levels); null: a fixed silence window. */
 const eagerness = { type: ['string', 'null'], enum: ['low', 'medium', 'high', 'auto', null] } as const;
@@ -97,7 +97,12 @@ function invalid(e: ErrorObject | undefined): UpdateResult {
     case 'enum':
       return bad(field, 'must be one of "low", "medium", "high", "auto" or null');
     case 'pattern':
-      return bad(field, 'must not contain control characters (tabs and line breaks are allowed)');
+      return bad(
+        field,
+        (e?.params as { pattern?: string }).pattern === FREE_TEXT
+          ? 'must not contain control characters (tabs and line breaks are allowed)'
+          : 'must not contain control or text-direction characters',
+      );
     default:
       return bad(field, e?.message ?? 'is invalid');
   }

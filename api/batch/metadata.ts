@@ -18,11 +18,15 @@ export function metadataProblem(
   const stack: [unknown, number][] = [[metadata, 0]];
   while (stack.length) {
     const [v, depth] = stack.pop()!;
+    if (typeof v === 'string' && v.includes('\u0000'))
+      return 'Field "metadata" holds a NUL character (\\u0000).';
     if (v === null || typeof v !== 'object') continue;
     if (depth >= limits.maxDepth) {
       return `Field "metadata" is nested more than ${limits.maxDepth} levels deep.`;
     }
     for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, depth + 1]);
+    // Keys too: Postgres's jsonb cannot hold a NUL anywhere.
+    if (!Array.isArray(v)) for (const k of Object.keys(v)) stack.push([k, depth + 1]);
   }
   const bytes = Buffer.byteLength(JSON.stringify(metadata));
   if (bytes > limits.maxBytes) {

@@ -5,7 +5,7 @@
 import { WORKFLOW_STATUSES } from './types.js';
 import { RESPONSE_FORMATS } from '../../shared/stt/formats.js';
 import { MIN_SEGMENT_SECONDS } from '../../shared/config/batch.js';
-import { FREE_TEXT } from '../../shared/validation.js';
+import { FREE_TEXT, PRINTABLE_TEXT } from '../../shared/validation.js';
 
 /**
  * Every number of a request has both bounds in its schema: JSON's `1e309`
@@ -40,7 +40,13 @@ export const jobRequestSchema = {
         'Idempotency key (default: random UUID). Letters, digits and `._:-`, up to 128 characters. Resubmitting resumes from stored checkpoints.',
     },
     language: { type: 'string', minLength: 1, maxLength: 16, description: 'Language hint, e.g. `en`.' },
-    model: { type: 'string', minLength: 1, maxLength: 200, description: 'STT model override.' },
+    model: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 200,
+      pattern: PRINTABLE_TEXT,
+      description: 'STT model override.',
+    },
     prompt: {
       type: 'string',
       maxLength: 2000,

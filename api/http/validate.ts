@@ -37,6 +37,10 @@ export function describeAjvError(e: ErrorObject | undefined, where: string): str
       return `Field "${field}" must be a valid ${(e.params as { format: string }).format}.`;
     case 'pattern':
       return `Field "${field}" ${patternInWords((e.params as { pattern: string }).pattern)}.`;
+    case 'maxLength':
+      return `Field "${field}" must be at most ${(e.params as { limit: number }).limit} characters.`;
+    case 'minLength':
+      return `Field "${field}" must be at least ${(e.params as { limit: number }).limit} character${(e.params as { limit: number }).limit === 1 ? '' : 's'}.`;
     case 'not':
       // ajv's own words are "must NOT be valid"; the schemas use `not` for reserved values.
       return `Field "${field}" has a reserved value or one that is not allowed.`;

@@ -73,6 +73,10 @@ describe('batch: submission', function () {
     ['request_id with traversal', { audio_url: 'https://e.com/a', request_id: '../x' }],
     ['request_id dot-dot', { audio_url: 'https://e.com/a', request_id: '..' }],
     ['prompt with a NUL', { audio_url: 'https://e.com/a', prompt: 'a\u0000b' }],
+    ['model with a NUL', { audio_url: 'https://e.com/a', model: 'a\u0000b' }],
+    ['model with a direction override', { audio_url: 'https://e.com/a', model: 'evil\u202etxt' }],
+    ['metadata value with a NUL', { audio_url: 'https://e.com/a', metadata: { k: 'a\u0000b' } }],
+    ['metadata key with a NUL', { audio_url: 'https://e.com/a', metadata: { 'a\u0000b': 1 } }],
   ];
   for (const [name, body] of bad) {
     it(`400 {error} for ${name}`, async () => {

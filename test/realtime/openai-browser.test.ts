@@ -62,6 +62,26 @@ describe('WS /v1/realtime from a browser with an ephemeral secret (whole service
       400,
     );
     expect((await post('/v1/realtime/client_secrets', {}, '')).status).to.equal(401);
+    // The shapes session.update refuses are refused when minting too, not echoed.
+    for (const [path, body] of [
+      ['/v1/realtime/client_secrets', { session: 'str' }],
+      ['/v1/realtime/client_secrets', { session: { type: 'transcription', audio: 'x' } }],
+      ['/v1/realtime/client_secrets', { session: { audio: { input: 'str' } } }],
+      [
+        '/v1/realtime/client_secrets',
+        { session: { audio: { input: { transcription: { prompt: 'a\u0000b' } } } } },
+      ],
+      ['/v1/realtime/transcription_sessions', { input_audio_transcription: 'x' }],
+      ['/v1/realtime/transcription_sessions', { input_audio_transcription: { prompt: 'a\u0007b' } }],
+    ] as const) {
+      const r = await post(path, body);
+      expect(r.status, JSON.stringify(body)).to.equal(400);
+      expect(((await r.json()) as { error: { code: string } }).error.code).to.equal('invalid_session_update');
+    }
+    const tabs = await post('/v1/realtime/transcription_sessions', {
+      input_audio_transcription: { prompt: 'Kubernetes,\tGrafana\nPostgres' },
+    });
+    expect(tabs.status).to.equal(200);
     // The WebSocket path is not a REST resource.
     expect((await fetch(`${svc.baseUrl}/v1/realtime`)).status).to.equal(426);
   });

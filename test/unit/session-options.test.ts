@@ -37,6 +37,11 @@ describe('unit: session.update options', () => {
       expect(r.ok, JSON.stringify(prompt)).to.equal(false);
       if (!r.ok) expect(r.field).to.equal('prompt');
     }
+    for (const name of ['stt_model', 'backend', 'normalizer_model', 'translate_to']) {
+      const r = update({ [name]: 'a\u0000b' });
+      expect(r.ok, name).to.equal(false);
+      if (!r.ok) expect(r.message).to.include('control');
+    }
     const ok = update({ prompt: 'Kubernetes,\tGrafana\nשלום \u202b' });
     expect(ok.ok && ok.settings.prompt).to.equal('Kubernetes,\tGrafana\nשלום \u202b');
   });

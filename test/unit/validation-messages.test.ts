@@ -34,6 +34,10 @@ describe('unit: validation messages in words', () => {
       { request_id: 'a b' },
     );
     expect(id).to.match(/^Field "request_id" must be 1-128 letters/);
-    for (const m of [reserved, label, url, id]) expect(m).to.not.match(/\^|must NOT|\\\\u/);
+    const long = messageOf(issueKeyBody, { label: 'x'.repeat(201) });
+    expect(long).to.equal('Field "label" must be at most 200 characters.');
+    const empty = messageOf(issueKeyBody, { plan: '' });
+    expect(empty).to.equal('Field "plan" must be at least 1 character.');
+    for (const m of [reserved, label, url, id, long, empty]) expect(m).to.not.match(/\^|must NOT|\\\\u/);
   });
 });

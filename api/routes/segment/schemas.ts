@@ -1,7 +1,7 @@
 /** Request and response schemas of the segment endpoint. */
 import type { FromSchema } from 'json-schema-to-ts';
 import { RESPONSE_FORMATS } from '../../../shared/stt/formats.js';
-import { FREE_TEXT } from '../../../shared/validation.js';
+import { FREE_TEXT, PRINTABLE_TEXT } from '../../../shared/validation.js';
 
 /** The form's text fields, checked by the project's ajv (unknown fields are accepted, as OpenAI's SDK sends some). */
 export const segmentFieldsSchema = {
@@ -9,9 +9,10 @@ export const segmentFieldsSchema = {
   properties: {
     model: {
       type: 'string',
+      pattern: PRINTABLE_TEXT,
       description: 'Model name passed to the service (ignored by the built-in engine)',
     },
-    language: { type: 'string', description: 'ISO-639-1 hint' },
+    language: { type: 'string', pattern: PRINTABLE_TEXT, description: 'ISO-639-1 hint' },
     prompt: {
       type: 'string',
       maxLength: 2000,

@@ -18,9 +18,30 @@ import { requestRateLimit } from '../../http/rateLimit.js';
 import type { Route } from '../../http/routes.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
+import { FREE_TEXT } from '../../../shared/validation.js';
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
+
+const PROMPT = new RegExp(FREE_TEXT, 'u');
+const invalidSession = (message: string) => new ApiError(400, 'invalid_session_update', message);
+
+/**
+ * The shapes `session.update` refuses on `/v1/realtime` (realtime/openai.ts), refused here too: a
+ * container that is not an object, a prompt with control characters. `where` is the path of the
+ * transcription settings' parent in the client's form.
+ */
+function checkTranscription(parent: Record<string, unknown>, key: string, where: string): void {
+  const t = parent[key];
+  if (t === undefined || t === null) return;
+  if (!isObject(t)) throw invalidSession(`${where}.${key} must be an object.`);
+  if (t.prompt !== undefined && t.prompt !== null) {
+    if (typeof t.prompt !== 'string' || !PROMPT.test(t.prompt))
+      throw invalidSession(
+        `${where}.${key}.prompt must be text without control characters (tabs and line breaks are allowed).`,
+      );
+  }
+}
 
 function mint(deps: AppDeps, principal: Principal): { value: string; expires_at: number } {
   const issued = deps.auth.issueSessionToken(principal);
@@ -35,7 +56,10 @@ const secretSchema = {
 } as const;
 
 const errors = {
-  '400': { description: '`unsupported_session_type`, `invalid_json`', schema: apiErrorSchema },
+  '400': {
+    description: '`unsupported_session_type`, `invalid_session_update`, `invalid_json`',
+    schema: apiErrorSchema,
+  },
   '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
   '429': tooManyRequests('Request rate limit exceeded', apiErrorSchema),
   '503': { description: '`token_issuer_unavailable` or `auth_unavailable`', schema: apiErrorSchema },
@@ -56,7 +80,15 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
         ...chain,
         (ctx) => {
           const body = isObject(ctx.request.body) ? ctx.request.body : {};
+          if (body.session !== undefined && !isObject(body.session))
+            throw invalidSession('session must be an object.');
           const session = isObject(body.session) ? body.session : {};
+          if (session.audio !== undefined && !isObject(session.audio))
+            throw invalidSession('session.audio must be an object.');
+          const audio = isObject(session.audio) ? session.audio : {};
+          if (audio.input !== undefined && !isObject(audio.input))
+            throw invalidSession('session.audio.input must be an object.');
+          if (isObject(audio.input)) checkTranscription(audio.input, 'transcription', 'session.audio.input');
           if (session.type !== undefined && session.type !== 'transcription') {
             throw new ApiError(
               400,
@@ -102,6 +134,7 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
         ...chain,
         (ctx) => {
           const body = isObject(ctx.request.body) ? ctx.request.body : {};
+          checkTranscription(body, 'input_audio_transcription', 'body');
           const secret = mint(deps, ctx.state.principal);
           ctx.res.setHeader('Cache-Control', 'no-store');
           ctx.body = {
