@@ -236,7 +236,7 @@ export class OpenAIProtocol implements SessionProtocol {
         if (typeof transcription.model === 'string' && !PRINTABLE.test(transcription.model))
           return invalid(
             'invalid_session_update',
-            'transcription.model must not contain control or text-direction characters.',
+            'transcription.model must not contain control, invisible or text-direction characters.',
           );
         choices.model = transcription.model;
       }

@@ -101,7 +101,7 @@ function invalid(e: ErrorObject | undefined): UpdateResult {
         field,
         (e?.params as { pattern?: string }).pattern === FREE_TEXT
           ? 'must not contain control characters (tabs and line breaks are allowed)'
-          : 'must not contain control or text-direction characters',
+          : 'must not contain control, invisible or text-direction characters',
       );
     default:
       return bad(field, e?.message ?? 'is invalid');

@@ -21,11 +21,15 @@ export const ajv = addFormats(
  * controls (NUL cannot be stored), no bidirectional overrides or isolates and
  * no line or paragraph separators (they reach logs and admin JSON), and no
  * lone surrogates (UTF-8 cannot carry them: Postgres would store each as
- * U+FFFD, so `"a\ud800"` and `"a\udfff"` became the same owner). Names,
- * labels, vocabulary words.
+ * U+FFFD, so `"a\ud800"` and `"a\udfff"` became the same owner), and no
+ * invisible characters that make two names look alike (soft hyphen,
+ * zero-width space, word joiner and invisible operators, byte-order mark,
+ * interlinear annotations, tag characters; the zero-width joiner and
+ * non-joiner stay: scripts and emoji need them). Names, labels, vocabulary
+ * words.
  */
 export const PRINTABLE_TEXT =
-  '^[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069\\ud800-\\udfff]*$';
+  '^[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u200b\\u200e\\u200f\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\ufeff\\ufff9-\\ufffb\\ud800-\\udfff\\u{e0000}-\\u{e007f}]*$';
 
 /**
  * Free text a user writes (a prompt): tabs and line breaks and any script's

@@ -15,7 +15,7 @@ export { ajv, compile } from '../../shared/validation.js';
 function patternInWords(pattern: string): string {
   if (pattern.startsWith('^[hH][tT][tT][pP]')) return 'must be an http:// or https:// URL';
   if (pattern === FREE_TEXT) return 'must not contain control characters (tabs and line breaks are allowed)';
-  if (pattern.startsWith('^[^')) return 'must not contain control or text-direction characters';
+  if (pattern.startsWith('^[^')) return 'must not contain control, invisible or text-direction characters';
   if (pattern === '\\p{L}') return 'must contain a letter';
   if (pattern.startsWith('^cf_')) return 'must be a workflow id (cf_ and 64 hexadecimal digits)';
   if (pattern.includes('A-Za-z0-9._:-'))

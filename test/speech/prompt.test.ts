@@ -102,6 +102,9 @@ describe('prompt and vocabulary bias the built-in engine (issue 37)', function (
       { words: [{ word: '\u202eevil\u202c' }] },
       { words: [{ word: 'foo\nbar' }] },
       { words: [{ word: 'a\u0000b' }] },
+      { words: [{ word: 'Kuber\u200bnetes' }] },
+      { words: [{ word: '\ufeffKubernetes' }] },
+      { words: [{ word: 'Kubernetes\u{e0001}' }] },
       { words: [{ word: 'zork', spoken: ['a\tb'] }] },
     ])
       expect(

@@ -23,7 +23,7 @@ describe('unit: validation messages in words', () => {
     const reserved = messageOf(issueKeyBody, { owner_id: 'default:x' });
     expect(reserved).to.equal('Field "owner_id" has a reserved value or one that is not allowed.');
     const label = messageOf(issueKeyBody, { label: 'a\u0000b' });
-    expect(label).to.equal('Field "label" must not contain control or text-direction characters.');
+    expect(label).to.equal('Field "label" must not contain control, invisible or text-direction characters.');
     const url = messageOf(
       { type: 'object', properties: { audio_url: { type: 'string', pattern: '^[hH][tT][tT][pP][sS]?://' } } },
       { audio_url: 'ftp://x/y.wav' },
