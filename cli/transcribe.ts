@@ -303,6 +303,9 @@ async function main(): Promise<void> {
   };
 
   // One line per file in flight (bytes uploaded, then the decode; or a job's steps), and the files done.
+  // Off a terminal without --progress there are no bars at all (cli-progress still printed each
+  // bar's template once, '{name} [...] {phase}').
+  const shown = Boolean(process.stderr.isTTY) || Boolean(values.progress);
   const bars = new cliProgress.MultiBar(
     {
       format: '{name} [{bar}] {phase}',
@@ -315,8 +318,9 @@ async function main(): Promise<void> {
     },
     cliProgress.Presets.shades_classic,
   );
+  const noBar = { setTotal: () => {}, update: () => {} };
   const overall =
-    files.length > 1
+    files.length > 1 && shown
       ? bars.create(files.length, 0, { name: 'files', phase: `0/${files.length}` })
       : undefined;
   const texts = new Map<string, string>();
@@ -329,10 +333,10 @@ async function main(): Promise<void> {
       const name = (
         isUrl(file) ? new URL(file).pathname.split('/').pop() || file : path.basename(file)
       ).slice(0, 40);
-      const bar = bars.create(1, 0, { name, phase: 'starting' });
+      const bar = shown ? bars.create(1, 0, { name, phase: 'starting' }) : undefined;
       const progress: Progress = (value, total, phase) => {
-        bar.setTotal(total);
-        bar.update(value, { phase });
+        (bar ?? noBar).setTotal(total);
+        (bar ?? noBar).update(value, { phase });
       };
       try {
         const result = await (isUrl(file) ? transcribeUrl : transcribeFile)(file, options, progress);
@@ -349,11 +353,13 @@ async function main(): Promise<void> {
       } catch (err) {
         failures.push(`${file}: ${(err as Error).message}`);
       }
-      bars.remove(bar);
+      if (bar) bars.remove(bar);
       overall?.update(++finished, { phase: `${finished}/${files.length}` });
     }
   };
   await Promise.all(Array.from({ length: Math.min(concurrency, files.length) }, worker));
+  // The last state drawn before stopping (off a terminal lines are drawn on a schedule, which ended at n-1/n).
+  if (shown) bars.update();
   bars.stop();
 
   for (const file of files) {

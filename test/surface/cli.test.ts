@@ -113,4 +113,21 @@ describe('CLI: transcribe progress, files and URLs', function () {
     expect(srt).to.match(/^1\n00:00:\d\d,\d{3} --> /);
     expect(r.stderr).to.include(`-> ${path.join(svc.dataDir, 'subs', 'jfk.srt')}`);
   });
+
+  it('off a terminal, no progress lines unless --progress; with it, the files line ends at n/n', async () => {
+    const dir = path.join(svc.dataDir, 'two');
+    fs.mkdirSync(dir, { recursive: true });
+    for (const n of ['a', 'b'])
+      fs.copyFileSync(path.join(REPO_ROOT, 'samples/jfk.wav'), path.join(dir, `${n}.wav`));
+    const args = [dir, '--url', svc.baseUrl, '--key', key, '--format', 'srt', '--out', path.join(dir, 'out')];
+    const quiet = await run('cli/transcribe.ts', args);
+    expect(quiet.code, quiet.stderr).to.equal(0);
+    // Only the files written (the placeholders '{name} [...] {phase}' were printed here).
+    expect(quiet.stderr.trim().split('\n'), quiet.stderr).to.have.length(2);
+    for (const line of quiet.stderr.trim().split('\n')) expect(line).to.match(/\.wav -> .*\.srt$/);
+    const shown = await run('cli/transcribe.ts', [...args, '--progress']);
+    expect(shown.code, shown.stderr).to.equal(0);
+    const filesLines = shown.stderr.split('\n').filter((l) => l.startsWith('files ['));
+    expect(filesLines.at(-1), shown.stderr).to.match(/ 2\/2$/);
+  });
 });
