@@ -32,6 +32,8 @@ import {
 } from './wire.js';
 import {
   isOpenAIClientEvent,
+  PARAMS,
+  type Form,
   type BetaSession,
   type GaSession,
   type OpenAIServerEvent,
@@ -43,6 +45,7 @@ import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
 import { PRINTABLE_TEXT } from '../shared/validation.js';
 
 const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
+const OBJECT = 'must be an object';
 
 export interface OpenAIConnect {
   /** `OpenAI-Beta: realtime=v1`: the session is announced as `transcription_session.created`. */
@@ -50,8 +53,6 @@ export interface OpenAIConnect {
   /** The `model` query of the SDK's connect (echoed as the transcription model until an update names one). */
   model?: string;
 }
-
-type Form = 'ga' | 'beta';
 
 /** What the client chose that the session's settings do not hold. */
 interface Choices {
@@ -62,34 +63,13 @@ interface Choices {
 }
 
 const invalid = (code: string, message: string): ClientCommand => ({ kind: 'invalid', code, message });
-
-/** Native setting names to the OpenAI field that sets them, per form (error `param`s). */
-const PARAMS: Record<string, Record<Form, string>> = {
-  language: {
-    ga: 'session.audio.input.transcription.language',
-    beta: 'session.input_audio_transcription.language',
-  },
-  prompt: {
-    ga: 'session.audio.input.transcription.prompt',
-    beta: 'session.input_audio_transcription.prompt',
-  },
-  vad_threshold: {
-    ga: 'session.audio.input.turn_detection.threshold',
-    beta: 'session.turn_detection.threshold',
-  },
-  vad_silence_ms: {
-    ga: 'session.audio.input.turn_detection.silence_duration_ms',
-    beta: 'session.turn_detection.silence_duration_ms',
-  },
-  vad_prefix_ms: {
-    ga: 'session.audio.input.turn_detection.prefix_padding_ms',
-    beta: 'session.turn_detection.prefix_padding_ms',
-  },
-  vad_eagerness: {
-    ga: 'session.audio.input.turn_detection.eagerness',
-    beta: 'session.turn_detection.eagerness',
-  },
-};
+/** A refused session field: `at` is its path in the client's form, given as the error's `param`. */
+const badField = (at: string, what: string): ClientCommand => ({
+  kind: 'invalid',
+  code: 'invalid_session_update',
+  message: `${at} ${what}.`,
+  field: at,
+});
 
 export class OpenAIProtocol implements SessionProtocol {
   private choices: Choices;
@@ -192,11 +172,10 @@ export class OpenAIProtocol implements SessionProtocol {
           `session.type ${JSON.stringify(session.type).slice(0, 32)} is not served here: only "transcription".`,
         );
       }
-      if (session.audio !== undefined && !isObject(session.audio))
-        return invalid('invalid_session_update', 'audio must be an object.');
-      if (isObject(session.audio) && session.audio.input !== undefined && !isObject(session.audio.input))
-        return invalid('invalid_session_update', 'audio.input must be an object.');
-      const input = isObject(session.audio) && isObject(session.audio.input) ? session.audio.input : {};
+      if (session.audio !== undefined && !isObject(session.audio)) return badField('session.audio', OBJECT);
+      const audio = isObject(session.audio) ? session.audio : {};
+      if (audio.input !== undefined && !isObject(audio.input)) return badField('session.audio.input', OBJECT);
+      const input = isObject(audio.input) ? audio.input : {};
       if (input.format !== undefined) {
         const f = input.format;
         if (!isObject(f) || f.type !== 'audio/pcm')
@@ -227,17 +206,15 @@ export class OpenAIProtocol implements SessionProtocol {
       noise = session.input_audio_noise_reduction;
     }
     if (transcription !== undefined && transcription !== null) {
-      if (!isObject(transcription))
-        return invalid('invalid_session_update', 'transcription must be an object.');
+      // The field as the client's form names it.
+      const at = form === 'ga' ? 'session.audio.input.transcription' : 'session.input_audio_transcription';
+      if (!isObject(transcription)) return badField(at, OBJECT);
       if (transcription.model !== undefined) {
         // Values are checked, never converted: `{"toString": null}` cannot become a string.
         if (transcription.model !== null && typeof transcription.model !== 'string')
-          return invalid('invalid_session_update', 'transcription.model must be a string or null.');
+          return badField(`${at}.model`, 'must be a string or null');
         if (typeof transcription.model === 'string' && !PRINTABLE.test(transcription.model))
-          return invalid(
-            'invalid_session_update',
-            'transcription.model must not contain control, invisible or text-direction characters.',
-          );
+          return badField(`${at}.model`, 'must not contain control, invisible or text-direction characters');
         choices.model = transcription.model;
       }
       // '' is OpenAI's "not set": detection.

@@ -38,7 +38,7 @@ export type ClientCommand =
   /** OpenAI dialect: drop the audio of the open turn (no transcript). */
   | { kind: 'clear' }
   /** A client mistake: an `error` event, the session stays open. */
-  | { kind: 'invalid'; code: string; message: string }
+  | { kind: 'invalid'; code: string; message: string; field?: string }
   /** A frame above the frame limit: an `error` event, then close 1009. */
   | { kind: 'tooLarge'; size: number };
 

@@ -191,7 +191,7 @@ export class RealtimeSession implements UtteranceHost {
         this.utterances.flush('discard');
         return this.emit({ type: 'input_audio_buffer.cleared' });
       case 'invalid':
-        return this.error(cmd.code, cmd.message);
+        return this.error(cmd.code, cmd.message, cmd.field === undefined ? {} : { field: cmd.field });
       case 'tooLarge':
         return this.frameTooLarge(cmd.size);
     }

@@ -284,6 +284,22 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
       const err = c.events.slice(from).find((e) => e.type === 'error')!;
       expect(err.error, JSON.stringify(msg)).to.include({ type: 'invalid_request_error', code });
     }
+    // The field at fault is named in the client's own form.
+    for (const [msg, param] of [
+      [{ type: 'session.update', session: { audio: { input: 'str' } } }, 'session.audio.input'],
+      [{ type: 'session.update', session: { audio: 'x' } }, 'session.audio'],
+      [
+        { type: 'transcription_session.update', session: { input_audio_transcription: 'str' } },
+        'session.input_audio_transcription',
+      ],
+    ] as const) {
+      const at = c.events.length;
+      c.send(msg);
+      await c.waitFor((evs) => evs.slice(at).some((e) => e.type === 'error'));
+      const err = c.events.slice(at).find((e) => e.type === 'error')!;
+      expect(err.error, JSON.stringify(msg)).to.include({ code: 'invalid_session_update', param });
+      expect(err.error.message).to.include(param);
+    }
     const from = c.events.length;
     c.send({
       type: 'session.update',
