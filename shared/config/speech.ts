@@ -174,6 +174,13 @@ export const STREAM_DECODER_ARGS = ['-maxhmmpf', '6000'];
  * (bias/lexicon.ts; docs/decisions/speech.md, "The lexicon").
  */
 export const SEARCH_VOCABULARY_WORDS = 60_000;
+/**
+ * Of the words searched, the most frequent ones keep the dictionary's alternate pronunciations
+ * (`the(2)`, `either(2)`); the others are searched with their first one, and their alternates are
+ * looked up like words past the cut (a decoder's search tree and dictionary grow with every
+ * pronunciation; docs/decisions/speech.md, "The lexicon").
+ */
+export const ALTERNATES_WORDS = 10_000;
 /** Longest wait of a built-in request for a free decoder. */
 export const BUILTIN_QUEUE_TIMEOUT_MS = 60_000;
 /** Remote pool: how often and how patiently each worker's /health is checked. */

@@ -10,7 +10,7 @@
 import { expect } from 'chai';
 import fs from 'node:fs';
 import { loadConfig } from '../../shared/config/index.js';
-import { SEARCH_VOCABULARY_WORDS } from '../../shared/config/speech.js';
+import { ALTERNATES_WORDS, SEARCH_VOCABULARY_WORDS } from '../../shared/config/speech.js';
 import { promptBias, respell } from '../../shared/stt/bias/index.js';
 import { PHONES } from '../../shared/stt/bias/pronounce.js';
 import { PAST_CUT, UnpronounceableError } from '../../shared/stt/bias/compile.js';
@@ -85,6 +85,16 @@ describe('prompt and vocabulary compilation (issue 37)', function () {
     // Every word the model knows is in one of the two (en-us.lm.bin: 72,545 with a pronunciation).
     expect(searched.size + tail.size).to.equal(72_545);
     expect([...tail].filter((w) => searched.has(w))).to.deep.equal([]);
+    // Alternate pronunciations only for the most frequent words: "either" (the model's 316th word) is
+    // searched both ways, "pecan" (its 25,815th; three in the dictionary) as the dictionary first says it.
+    const entries = fs
+      .readFileSync(bias.files.dict, 'utf8')
+      .split('\n')
+      .map((l) => l.slice(0, l.indexOf(' ')));
+    expect(ALTERNATES_WORDS).to.be.within(316, 25_814);
+    expect(entries).to.include.members(['either', 'either(2)', 'pecan']);
+    expect(entries).to.not.include('pecan(2)');
+    expect(entries.filter((e) => e.endsWith(')')).length).to.be.below(2000);
     // Added under a name of its own (PAST_CUT): the general model, which knows "launchings", does not
     // know it, so the word leaves the search with the prompt. Results show it as the dictionary writes it.
     const spec = bias.compiler.compile('Grafana launchings', undefined)!;

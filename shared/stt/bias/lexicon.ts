@@ -3,21 +3,22 @@
  * files and kept in a cache directory: the dictionary cut to the language
  * model's SEARCH_VOCABULARY_WORDS most frequent words (PocketSphinx never
  * searches words the model does not know; a decoder's search tree and
- * dictionary grow with every word it holds: 80k entries took 30 MB less than
- * 135k, and the 60k most frequent take 4.5 MiB less again per streaming
- * decoder), a unigram model of those words ("extras", the search tree's word
- * list when words are added, docs/decisions/speech.md "Prompt and
- * vocabulary"), and the rest of the dictionary, where pronunciations of
- * prompt words are looked up: the words the model ranks past the cut (which
- * a prompt or vocabulary adds back, bias/compile.ts) and those it does not
- * know.
+ * dictionary grow with every pronunciation it holds: 80k entries took 30 MB
+ * less than 135k, the 60k most frequent words 4.5 MiB less again per
+ * streaming decoder, and alternate pronunciations for the ALTERNATES_WORDS
+ * most frequent only 2.5 MiB less again), a unigram model of those words
+ * ("extras", the search tree's word list when words are added,
+ * docs/decisions/speech.md "Prompt and vocabulary"), and the rest of the
+ * dictionary, where pronunciations of prompt words are looked up: the words
+ * the model ranks past the cut (which a prompt or vocabulary adds back,
+ * bias/compile.ts) and those it does not know.
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import koffi from 'koffi';
-import { SEARCH_VOCABULARY_WORDS } from '../../config/speech.js';
+import { ALTERNATES_WORDS, SEARCH_VOCABULARY_WORDS } from '../../config/speech.js';
 
 export interface LexiconFiles {
   /** The dictionary of the language model's most frequent words (alternates included). */
@@ -31,7 +32,7 @@ export interface LexiconFiles {
 }
 
 /** Bumped when what is derived changes: the cache directory's name carries it. */
-const FORMAT = 3;
+const FORMAT = 4;
 
 function stamp(file: string): string {
   const st = fs.statSync(file);
@@ -45,11 +46,14 @@ export function prepareLexicon(opts: {
   sphinxbaseLibrary: string;
   /** Words searched (default SEARCH_VOCABULARY_WORDS). */
   searchWords?: number;
+  /** Words searched with their alternate pronunciations too (default ALTERNATES_WORDS). */
+  alternatesWords?: number;
 }): LexiconFiles {
   const searchWords = opts.searchWords ?? SEARCH_VOCABULARY_WORDS;
+  const alternatesWords = Math.min(opts.alternatesWords ?? ALTERNATES_WORDS, searchWords);
   const key = crypto
     .createHash('sha256')
-    .update(`${FORMAT}|${searchWords}|${stamp(opts.lm)}|${stamp(opts.dict)}`)
+    .update(`${FORMAT}|${searchWords}|${alternatesWords}|${stamp(opts.lm)}|${stamp(opts.dict)}`)
     .digest('hex')
     .slice(0, 16);
   const dir = path.join(os.tmpdir(), `stt-lexicon-${key}`);
@@ -75,16 +79,24 @@ export function prepareLexicon(opts: {
     lm.close();
   }
   // The most frequent words; ties (the model's floor) in dictionary order.
-  const words = new Set(
-    [...known]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, searchWords)
-      .map(([w]) => w),
-  );
+  const ranked = [...known]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, searchWords)
+    .map(([w]) => w);
+  const words = new Set(ranked);
+  const withAlternates = new Set(ranked.slice(0, alternatesWords));
   const inLm: string[] = [];
   const tail: string[] = [];
   const rest: string[] = [];
-  for (const e of entries) (words.has(e.word) ? inLm : known.has(e.word) ? tail : rest).push(e.line);
+  const seen = new Set<string>();
+  for (const e of entries) {
+    const first = !seen.has(e.word);
+    seen.add(e.word);
+    // A searched word's first pronunciation is searched; its alternates only among the most frequent.
+    if (words.has(e.word)) {
+      if (first || withAlternates.has(e.word)) inLm.push(e.line);
+    } else (known.has(e.word) ? tail : rest).push(e.line);
+  }
   const list = ['<s>', '</s>', ...words];
   const p = (-Math.log10(list.length)).toFixed(4);
   const arpa = [
