@@ -162,10 +162,15 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
     events: string[];
     /** The frames sent were the worklet's frames, in order, none left out or repeated. */
     sentAsCaptured: boolean;
+    /** Utterances shown as not transcribed. */
+    lost: number;
   }
 
-  /** The clip spoken once into the page: the words it showed, the audio it sent, the context's rate. */
-  async function throughPage(clip: string, baseUrl = svc.baseUrl): Promise<PageRun> {
+  /**
+   * The clip spoken once into the page: the words it showed, the audio it sent, the context's rate.
+   * Stop is pressed once every utterance is answered after the clip, or at `stopAt` seconds sent.
+   */
+  async function throughPage(clip: string, baseUrl = svc.baseUrl, stopAt?: number): Promise<PageRun> {
     const mic = path.join(tmp, 'mic.wav');
     execFileSync('sox', [clip, mic, 'pad', String(LEAD_SECONDS), '60']);
     const browser = await launchWithMic(mic);
@@ -211,14 +216,16 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       await page.click('#mic-start');
       await page.locator('#mic-status.ok').waitFor({ timeout: 30_000 });
       // The lead-in, the clip and 3 s after it sent, then every utterance answered.
-      const until = LEAD_SECONDS + pcmOf(clip).length / 32000 + 3;
+      const until = stopAt ?? LEAD_SECONDS + pcmOf(clip).length / 32000 + 3;
       const sentSeconds = () =>
         page.evaluate(() => (window as unknown as { sentFrames: unknown[] }).sentFrames.length / 10);
       for (const t0 = Date.now(); Date.now() - t0 < 120_000; await page.waitForTimeout(500)) {
         if ((await sentSeconds()) < until) continue;
-        if ((await page.locator('#utterances li.pending').count()) === 0) break;
+        if (stopAt !== undefined || (await page.locator('#utterances li.pending').count()) === 0) break;
       }
       await page.click('#mic-stop');
+      // Stop has finished (the sentence in flight answered or given up) when Start is offered again.
+      await page.locator('#mic-start:enabled').waitFor({ timeout: 15_000 });
       const shown = (await page.locator('#utterances li.done .text').allInnerTexts())
         .map((t) => t.replace('(no words)', ''))
         .join(' ')
@@ -239,7 +246,8 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
       const sentAsCaptured =
         frames.length > 0 &&
         captured.some((_, first) => frames.every((f, i) => asText(captured[first + i]) === asText(f)));
-      return { shown, sent: pcm(frames), rate: rates[0], events, sentAsCaptured };
+      const lost = await page.locator('#utterances li.lost').count();
+      return { shown, sent: pcm(frames), rate: rates[0], events, sentAsCaptured, lost };
     } finally {
       await browser.close();
     }
@@ -312,5 +320,19 @@ describe('playground microphone against the CLI (Chromium, fake microphone)', fu
     expect(heard.missed, report).to.be.at.most(2);
     expect(heard.drift, report).to.be.at.most(0.05);
     expect(wer(cli, shown), report).to.be.at.most(clip.tolerance);
+  });
+
+  it('Stop pressed in the middle of a sentence: the words spoken until then still come back', async () => {
+    // LibriSpeech's clip is one sentence without a pause: Stop at 60 % of it ends it there.
+    const clip = CLIPS[1];
+    const stopAt = LEAD_SECONDS + 0.6 * (pcmOf(clip.file).length / 32000);
+    const { shown, events, lost } = await throughPage(clip.file, svc.baseUrl, stopAt);
+    const report = `page: ${shown}\nevents: ${events.join(' | ')}`;
+    expect(lost, report).to.equal(0);
+    expect(
+      events.some((e) => / speech stopped #\d+ \(flush\)$/.test(e)),
+      report,
+    ).to.equal(true);
+    expect(shown.split(' ').filter(Boolean).length, report).to.be.at.least(5);
   });
 });

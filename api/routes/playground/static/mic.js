@@ -34,6 +34,11 @@ const MAX_EARLY_RETRIES = 2;
 /** At most this many 100 ms frames wait for a socket (older ones are dropped first). */
 const MAX_QUEUED_FRAMES = 100;
 
+/** After Stop: the longest wait for the sentence being spoken to come back before the socket closes. */
+const STOP_DRAIN_MS = 5000;
+/** After Stop: events the flush causes (a speech start the service had not yet reported) may be on their way. */
+const STOP_SETTLE_MS = 500;
+
 /**
  * A 100 ms frame from the worklet: to the socket once its session has
  * started, otherwise kept for it. Capture starts before the session token is fetched and the
@@ -232,6 +237,30 @@ function stopMic() {
   page.refreshUsage();
 }
 
+/**
+ * Stop: capture ends at once; the sentence being spoken is ended (`input_audio_buffer.flush`) and its
+ * words awaited, bounded, before the socket closes. Closing at once lost it: the service cannot answer
+ * a socket the client has closed.
+ */
+async function finishMic() {
+  mic.wanted = false;
+  stopAudio();
+  $('mic-stop').disabled = true;
+  const ws = mic.ws;
+  if (ws && mic.live && ws.readyState === WebSocket.OPEN) {
+    page.show($('mic-status'), 'Finishing the last sentence…');
+    ws.send(JSON.stringify({ type: 'input_audio_buffer.flush' }));
+    const t0 = Date.now();
+    while (mic.ws === ws && Date.now() - t0 < STOP_DRAIN_MS) {
+      const waiting = $('utterances').querySelector('li.pending');
+      if (!waiting && Date.now() - t0 >= STOP_SETTLE_MS) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  page.show($('mic-status'), 'Stopped.');
+  stopMic();
+}
+
 /** Wires the microphone panel; `deps`: { api, show, errorText, refreshUsage, hasKey } of app.js. */
 export function initMic(deps) {
   page = deps;
@@ -246,8 +275,5 @@ export function initMic(deps) {
       failMic(err);
     }
   });
-  $('mic-stop').addEventListener('click', () => {
-    page.show($('mic-status'), 'Stopped.');
-    stopMic();
-  });
+  $('mic-stop').addEventListener('click', () => void finishMic());
 }
