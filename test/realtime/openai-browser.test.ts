@@ -13,7 +13,7 @@ import { chromium, type Browser } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { issueServiceKey, startService, type RunningService } from '../helpers/service.js';
 import { wer } from '../speech/helpers.js';
-import { refs } from './helpers.js';
+import { connect, refs } from './helpers.js';
 import { pcmAt } from './openaiHelpers.js';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -82,6 +82,14 @@ describe('WS /v1/realtime from a browser with an ephemeral secret (whole service
       input_audio_transcription: { prompt: 'Kubernetes,\tGrafana\nPostgres' },
     });
     expect(tabs.status).to.equal(200);
+    // The beta secret echoes the turn detection a session opened with it has (not OpenAI's 500 ms).
+    const session = await connect(`${svc.baseUrl.replace('http', 'ws')}/v1/realtime?intent=transcription`, {
+      headers: { authorization: `Bearer ${b.client_secret.value}`, 'openai-beta': 'realtime=v1' },
+    });
+    const created = await session.next('transcription_session.created');
+    session.ws.close();
+    expect(created.session.turn_detection).to.deep.equal(b.turn_detection);
+    expect(b.turn_detection).to.include({ type: 'server_vad', silence_duration_ms: 300 });
     // The WebSocket path is not a REST resource.
     expect((await fetch(`${svc.baseUrl}/v1/realtime`)).status).to.equal(426);
   });

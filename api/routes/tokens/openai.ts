@@ -72,6 +72,13 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
     requestRateLimit(deps.limits),
     jsonBody(deps.config.http.maxJsonBytes, { allowEmpty: true }),
   ];
+  const vad = deps.config.realtime.vadDefaults;
+  const defaultTurn = {
+    type: 'server_vad',
+    threshold: vad.threshold,
+    prefix_padding_ms: vad.prefixMs,
+    silence_duration_ms: vad.silenceMs,
+  };
   return [
     {
       method: 'post',
@@ -142,10 +149,8 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
             client_secret: secret,
             input_audio_format: body.input_audio_format ?? 'pcm16',
             input_audio_transcription: body.input_audio_transcription ?? null,
-            turn_detection:
-              body.turn_detection === undefined
-                ? { type: 'server_vad', threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500 }
-                : body.turn_detection,
+            // The session's own defaults (what session.created reports), not OpenAI's 500 ms.
+            turn_detection: body.turn_detection === undefined ? defaultTurn : body.turn_detection,
             input_audio_noise_reduction: body.input_audio_noise_reduction ?? null,
             include: body.include ?? [],
             modalities: ['text'],
