@@ -14,7 +14,7 @@
  *   --url URL          base URL (default $STT_BASE_URL or http://127.0.0.1:8080)
  *   --key KEY          API key (default $STT_API_KEY; keep keys out of shell history)
  *   --format F         text (default, printed) | json | verbose_json | srt | vtt (written to files)
- *   --out DIR          where files go (default: beside each input)
+ *   --out DIR          where files go (default: beside each input; same names get -2, -3, ...)
  *   --language L, --prompt P, --model M, --worker-id W
  *   --concurrency N    files in flight at once (default 2)
  *
@@ -64,7 +64,7 @@ per file, the bytes uploaded then the decode; per URL, the job's steps.
   --url URL          base URL (default $STT_BASE_URL or http://127.0.0.1:8080)
   --key KEY          API key (default $STT_API_KEY; keep keys out of shell history)
   --format F         text (default: printed) | json | verbose_json | srt | vtt (written to files)
-  --out DIR          where files go (default: beside each input)
+  --out DIR          where files go (default: beside each input; same names get -2, -3, ...)
   --language L       language hint, e.g. en
   --prompt P         context prompt
   --model M          model name passed to the service (default whisper-1)
@@ -323,6 +323,7 @@ async function main(): Promise<void> {
     files.length > 1 && shown
       ? bars.create(files.length, 0, { name: 'files', phase: `0/${files.length}` })
       : undefined;
+  const targets = outputFiles(files, values.out, FILE_EXTENSION[format]);
   const texts = new Map<string, string>();
   const failures: string[] = [];
   let next = 0;
@@ -342,11 +343,7 @@ async function main(): Promise<void> {
         const result = await (isUrl(file) ? transcribeUrl : transcribeFile)(file, options, progress);
         if (format === 'text' && !values.out) texts.set(file, result.trimEnd());
         else {
-          const dir = values.out ?? (isUrl(file) ? '.' : path.dirname(file));
-          const stem = isUrl(file)
-            ? path.parse(new URL(file).pathname).name || 'transcript'
-            : path.parse(file).name;
-          const target = path.join(dir, `${stem}.${FILE_EXTENSION[format]}`);
+          const target = targets.get(file)!;
           fs.writeFileSync(target, result);
           texts.set(file, target);
         }
@@ -371,6 +368,28 @@ async function main(): Promise<void> {
   }
   for (const f of failures) process.stderr.write(`failed: ${f}\n`);
   process.exitCode = failures.length ? 1 : 0;
+}
+
+/**
+ * Each input's output file: beside it (a URL's in the current directory) or in `dir`, named after it.
+ * Inputs whose names would collide (`a/x.wav` and `b/x.wav` into one --out, or two URLs ending in
+ * `audio.mp3`) get `x-2`, `x-3`, ... in the order given: one overwrote the other.
+ */
+function outputFiles(files: string[], dir: string | undefined, extension: string): Map<string, string> {
+  const taken = new Set<string>();
+  const out = new Map<string, string>();
+  for (const file of files) {
+    const where = dir ?? (isUrl(file) ? '.' : path.dirname(file));
+    const stem = isUrl(file)
+      ? path.parse(new URL(file).pathname).name || 'transcript'
+      : path.parse(file).name;
+    let target = path.join(where, `${stem}.${extension}`);
+    for (let n = 2; taken.has(path.resolve(target)); n++)
+      target = path.join(where, `${stem}-${n}.${extension}`);
+    taken.add(path.resolve(target));
+    out.set(file, target);
+  }
+  return out;
 }
 
 main().catch((err) => {

@@ -130,4 +130,30 @@ describe('CLI: transcribe progress, files and URLs', function () {
     const filesLines = shown.stderr.split('\n').filter((l) => l.startsWith('files ['));
     expect(filesLines.at(-1), shown.stderr).to.match(/ 2\/2$/);
   });
+
+  it('inputs of the same name written to one --out get files of their own, in the order given', async () => {
+    const dir = path.join(svc.dataDir, 'same');
+    const clips = { a: 'samples/jfk.wav', b: 'test/audio/librispeech-1089-134686-0001.wav' };
+    for (const [sub, clip] of Object.entries(clips)) {
+      fs.mkdirSync(path.join(dir, sub), { recursive: true });
+      fs.copyFileSync(path.join(REPO_ROOT, clip), path.join(dir, sub, 'x.wav'));
+    }
+    const out = path.join(dir, 'out');
+    const r = await run('cli/transcribe.ts', [
+      path.join(dir, 'a/x.wav'),
+      path.join(dir, 'b/x.wav'),
+      ...['--url', svc.baseUrl, '--key', key, '--format', 'vtt', '--out', out],
+    ]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(fs.readdirSync(out).sort()).to.deep.equal(['x-2.vtt', 'x.vtt']);
+    expect(r.stderr).to.include(`b/x.wav -> ${path.join(out, 'x-2.vtt')}`);
+    const words = (f: string) =>
+      fs
+        .readFileSync(path.join(out, f), 'utf8')
+        .split('\n')
+        .filter((l) => l && !l.includes('-->') && !/^(WEBVTT|\d+)$/.test(l))
+        .join(' ');
+    expect(wer(JFK, words('x.vtt'))).to.be.below(0.5);
+    expect(wer(JFK, words('x-2.vtt'))).to.be.above(0.8);
+  });
 });
