@@ -17,6 +17,7 @@ function patternInWords(pattern: string): string {
   if (pattern === FREE_TEXT) return 'must not contain control characters (tabs and line breaks are allowed)';
   if (pattern.startsWith('^[^')) return 'must not contain control, invisible or text-direction characters';
   if (pattern === '\\p{L}') return 'must contain a letter';
+  if (pattern.startsWith('^(word|segment)')) return 'must list word and/or segment';
   if (pattern.startsWith('^cf_')) return 'must be a workflow id (cf_ and 64 hexadecimal digits)';
   if (pattern.includes('A-Za-z0-9._:-'))
     return 'must be 1-128 letters, digits, dots, underscores, colons or hyphens (not "." or "..")';

@@ -114,8 +114,13 @@ export class Authenticator {
     if (header === undefined || /^\s*(Bearer\s*)?$/i.test(header))
       return { failure: authFailure('missing_api_key') };
     const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    if (!m) return { failure: authFailure('invalid_api_key') };
-    return { token: m[1] };
+    if (m) return { token: m[1] };
+    // An RFC 7235 token before the credentials: the scheme.
+    const scheme = /^\s*([A-Za-z0-9!#$%&'*+.^_`|~-]{1,20})\s+\S/.exec(header)?.[1];
+    if (!scheme || /^Bearer$/i.test(scheme)) return { failure: authFailure('invalid_api_key') };
+    // `Basic sk-...`, `Token sk-...`: the key may be right, the scheme is not (the scheme is not a secret).
+    const message = `The Authorization header must use the Bearer scheme ("Authorization: Bearer sk-..."), not ${scheme}.`;
+    return { failure: { ...authFailure('invalid_api_key'), message } };
   }
 
   /**

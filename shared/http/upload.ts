@@ -89,7 +89,7 @@ export function isMultipart(ctx: Context): boolean {
   return Boolean(ctx.request.is('multipart/form-data'));
 }
 
-/** Parses the multipart body; `file` is the first file part named `file`. */
+/** Parses the multipart body; `file` is its one file part named `file` (two are refused). */
 export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Promise<AudioUpload> {
   const declared = Number(ctx.get('content-length') || 0);
   if (declared > maxFileBytes + MAX_FIELDS_BYTES + 64 * 1024) {
@@ -135,11 +135,21 @@ export async function parseAudioUpload(ctx: Context, maxFileBytes: number): Prom
   const fields: Record<string, string> = {};
   const body = (ctx.request.body ?? {}) as Record<string, unknown>;
   for (const [k, v] of Object.entries(body)) {
-    const value: unknown = Array.isArray(v) ? (v as unknown[])[0] : v;
-    if (typeof value === 'string') fields[k] = value;
+    const values = (Array.isArray(v) ? v : [v]).filter((x): x is string => typeof x === 'string');
+    if (values.length === 0) continue;
+    // A list, as OpenAI's SDKs send one (`timestamp_granularities[]` once per value): its values joined
+    // by commas. Any other field repeated: its first value.
+    fields[k] = k.endsWith('[]') ? values.join(',') : values[0];
   }
   const files = (ctx.request.files ?? {}) as Record<string, unknown>;
   const raw = files.file;
+  // One clip per request: a second `file` part was dropped without a word.
+  if (Array.isArray(raw) && raw.length > 1)
+    throw new UploadError(
+      400,
+      'invalid_request',
+      `The form has ${raw.length} parts named "file": send one clip per request.`,
+    );
   const part = (Array.isArray(raw) ? raw[0] : raw) as
     { originalFilename?: string; mimetype?: string } | undefined;
   if (!part) return { fields };

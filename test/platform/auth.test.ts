@@ -31,9 +31,12 @@ describe('authentication of transcription routes (shared/auth)', () => {
       const res = await request(a.server).post(TOKEN).set('Authorization', empty).expect(401);
       expect(codeOf(res), JSON.stringify(empty)).to.equal('missing_api_key');
     }
-    expect(
-      codeOf(await request(a.server).post(TOKEN).set('Authorization', 'Basic abc').expect(401)),
-    ).to.equal('invalid_api_key');
+    const basic = await request(a.server).post(TOKEN).set('Authorization', 'Basic sk-abcdefghijklmnop');
+    expect(basic.status).to.equal(401);
+    expect(codeOf(basic)).to.equal('invalid_api_key');
+    // The message names the scheme the client used (and never the credentials).
+    expect(basic.body.error.message).to.include('must use the Bearer scheme').and.include('not Basic');
+    expect(basic.body.error.message).to.not.include('sk-abc');
     expect(codeOf(await request(a.server).post(TOKEN).set(bearer('sk-short')).expect(401))).to.equal(
       'invalid_api_key',
     );

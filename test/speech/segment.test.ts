@@ -154,6 +154,23 @@ describe('speech: segment endpoint POST /v1/audio/transcriptions', function () {
         400,
         'unknown_worker',
       );
+      // OpenAI's timestamp_granularities[] (one field per value) is checked: verbose_json has both anyway.
+      const words = await post()
+        .attach('file', austenWav, 'a.wav')
+        .field('timestamp_granularities[]', 'segment')
+        .field('timestamp_granularities[]', 'words');
+      expectError(words, 400, 'invalid_request');
+      expect(words.body.error.message).to.include('must list word and/or segment');
+      const both = await post()
+        .attach('file', austenWav, 'a.wav')
+        .field('timestamp_granularities[]', 'word')
+        .field('timestamp_granularities[]', 'segment');
+      expect(both.status, JSON.stringify(both.body)).to.equal(200);
+      expect(both.body.words).to.be.an('array').that.is.not.empty;
+      // Two clips in one form: refused, not the first transcribed and the second dropped.
+      const two = await post().attach('file', austenWav, 'a.wav').attach('file', austenWav, 'b.wav');
+      expectError(two, 400, 'invalid_request');
+      expect(two.body.error.message).to.include('2 parts named "file"');
     });
 
     it('413 file_too_large above the configured cap', async () => {

@@ -22,6 +22,12 @@ export const segmentFieldsSchema = {
     },
     response_format: { type: 'string', enum: [...RESPONSE_FORMATS], default: 'verbose_json' },
     worker_id: { type: 'string', description: 'Pins a specific worker (no fallback then)' },
+    'timestamp_granularities[]': {
+      type: 'string',
+      pattern: '^(word|segment)(,(word|segment))*$',
+      description:
+        "OpenAI's `word` and `segment`, once per value: checked, and changes nothing (verbose_json always carries both `segments` and `words`, interface 2.6)",
+    },
     stream: {
       type: 'string',
       enum: ['true', 'false'],
