@@ -16,7 +16,6 @@ import { randomBytes } from 'node:crypto';
 import {
   appendAudioBytes,
   fastAppend,
-  isObject,
   parseAppend,
   parseJsonFrame,
   type ClientCommand,
@@ -42,7 +41,7 @@ import {
 } from './openaiWire.js';
 import { Resampler24To16 } from './resample.js';
 import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
-import { PRINTABLE_TEXT } from '../shared/validation.js';
+import { PRINTABLE_TEXT, isObject } from '../shared/validation.js';
 
 const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
 const OBJECT = 'must be an object';

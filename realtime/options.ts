@@ -9,7 +9,7 @@ import { normalizeLanguage } from '../shared/stt/language.js';
 import { FREE_TEXT, PRINTABLE_TEXT, compile } from '../shared/validation.js';
 import type { SegmenterSettings } from './vad/segmenter.js';
 import type { PresentedSettings } from './wire.js';
-import { isObject } from './protocol.js';
+import { isObject } from '../shared/validation.js';
 import { FIXED_SILENCE_MS, SENTENCE_END_SILENCE_MS, TURN_LEVELS } from '../shared/config/realtime.js';
 
 export const MAX_PROMPT_CHARS = 2000;

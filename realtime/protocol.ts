@@ -8,6 +8,7 @@
 import { PCM_SAMPLE_RATE } from '../shared/audio/pcm.js';
 import type { TranscriptWord } from '../shared/stt/types.js';
 import { decodeBase64 } from './kernel.js';
+import { isObject } from '../shared/validation.js';
 import {
   COMPLETED,
   isNativeClientMessage,
@@ -55,9 +56,6 @@ export function parseBinary(data: ArrayBuffer, maxFrameBytes: number): ClientCom
   }
   return { kind: 'audio', pcm: Buffer.from(data) };
 }
-
-export const isObject = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === 'object' && !Array.isArray(v);
 
 const hasType = (m: Record<string, unknown>): m is JsonMessage => typeof m.type === 'string' && m.type !== '';
 

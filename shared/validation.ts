@@ -38,6 +38,10 @@ export const PRINTABLE_TEXT =
  */
 export const FREE_TEXT = '^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\ud800-\\udfff]*$';
 
+/** A JSON object (not null, not an array): what request bodies and their nested settings must be. */
+export const isObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
+
 const compiled = new WeakMap<object, ValidateFunction>();
 
 /** The validator of a schema object, compiled once. */

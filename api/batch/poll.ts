@@ -9,6 +9,7 @@
  * other keys follow in the order they were stored.
  */
 import type { WorkflowStatus } from './types.js';
+import { isObject } from '../../shared/validation.js';
 
 export interface PollStep {
   name: string;
@@ -47,9 +48,6 @@ const RESULT_KEYS = ['segments', 'summary', 'metadata'];
 const SEGMENT_KEYS = ['id', 'start_time', 'end_time', 'duration', 'text', 'confidence'];
 const SUMMARY_KEYS = ['total_duration', 'total_speech_duration', 'overall_speech_ratio', 'num_segments'];
 const METADATA_KEYS = ['language', 'model', 'chunk_count', 'audio_duration_seconds'];
-
-const isObject = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** `obj` with the listed keys first, in that order (those it has), then its other keys as they were. */
 function ordered(obj: unknown, keys: readonly string[]): unknown {

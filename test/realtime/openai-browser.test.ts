@@ -72,6 +72,8 @@ describe('WS /v1/realtime from a browser with an ephemeral secret (whole service
         { session: { audio: { input: { transcription: { prompt: 'a\u0000b' } } } } },
       ],
       ['/v1/realtime/transcription_sessions', { input_audio_transcription: 'x' }],
+      ['/v1/realtime/transcription_sessions', { input_audio_transcription: { model: 'gpt\u202e' } }],
+      ['/v1/realtime/client_secrets', { session: { audio: { input: { transcription: { model: 7 } } } } }],
       ['/v1/realtime/transcription_sessions', { input_audio_transcription: { prompt: 'a\u0007b' } }],
     ] as const) {
       const r = await post(path, body);

@@ -18,23 +18,27 @@ import { requestRateLimit } from '../../http/rateLimit.js';
 import type { Route } from '../../http/routes.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
-import { FREE_TEXT } from '../../../shared/validation.js';
-
-const isObject = (v: unknown): v is Record<string, unknown> =>
-  v !== null && typeof v === 'object' && !Array.isArray(v);
+import { FREE_TEXT, PRINTABLE_TEXT, isObject } from '../../../shared/validation.js';
 
 const PROMPT = new RegExp(FREE_TEXT, 'u');
+const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
 const invalidSession = (message: string) => new ApiError(400, 'invalid_session_update', message);
 
 /**
  * The shapes `session.update` refuses on `/v1/realtime` (realtime/openai.ts), refused here too: a
- * container that is not an object, a prompt with control characters. `where` is the path of the
+ * container that is not an object, a model name that is not printable text, a prompt with control
+ * characters. `where` is the path of the
  * transcription settings' parent in the client's form.
  */
 function checkTranscription(parent: Record<string, unknown>, key: string, where: string): void {
   const t = parent[key];
   if (t === undefined || t === null) return;
   if (!isObject(t)) throw invalidSession(`${where}.${key} must be an object.`);
+  const model = t.model;
+  if (model !== undefined && model !== null && (typeof model !== 'string' || !PRINTABLE.test(model)))
+    throw invalidSession(
+      `${where}.${key}.model must be a string without control, invisible or text-direction characters.`,
+    );
   if (t.prompt !== undefined && t.prompt !== null) {
     if (typeof t.prompt !== 'string' || !PROMPT.test(t.prompt))
       throw invalidSession(
