@@ -137,17 +137,24 @@ export class OwnRedis {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  async start(): Promise<void> {
+  /** Starts redis-server; resolves with the time it first accepted a connection (epoch ms). */
+  async start(): Promise<number> {
     const child = spawn(
       'redis-server',
       ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
       { stdio: 'ignore' },
     );
     this.child = child;
-    await waitFor('redis-server', async () => {
-      if (child.exitCode !== null) throw new Error('redis-server exited');
-      return portOpen(this.port);
-    });
+    // Polled often: the time it answers is when Redis is back, which the fault tests measure from.
+    return waitFor(
+      'redis-server',
+      async () => {
+        if (child.exitCode !== null) throw new Error('redis-server exited');
+        return (await portOpen(this.port)) && Date.now();
+      },
+      60_000,
+      20,
+    );
   }
 
   async stop(): Promise<void> {
