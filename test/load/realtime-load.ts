@@ -71,6 +71,8 @@ export interface LoadResult {
   errors: Record<string, number>;
   closes: Record<string, number>;
   framesSent: number;
+  /** Connections closed before their session existed, opened again. */
+  earlyCloses: number;
 }
 
 const pct = (xs: number[], p: number) => {
@@ -120,9 +122,12 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
   let framesSent = 0;
   const deadline = Date.now() + (o.rampMs ?? 0) + o.seconds * 1000;
 
-  const one = (i: number) =>
+  /** Connections closed before their session existed, opened again (docs/realtime.md). */
+  let earlyCloses = 0;
+  const one = (i: number, attempt = 1): Promise<void> =>
     new Promise<void>((resolve) => {
       const t0 = performance.now();
+      let created = false;
       const ws = new WebSocket(o.url, { headers: o.headers, perMessageDeflate: false });
       const stoppedAt = new Map<number | string, number>();
       /** Utterances cut (speech_stopped) and not answered yet. */
@@ -141,8 +146,12 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
         }
       });
       ws.on('open', () => {
-        connectMs.push(performance.now() - t0);
         if (openai) ws.send(OPENAI_SESSION);
+      });
+      // Audio goes once the session exists (docs/realtime.md); the connect time is until then.
+      const start = () => {
+        created = true;
+        connectMs.push(performance.now() - t0);
         // Each client starts at a different place in the speech so utterances do not align.
         let off =
           ((i * 7919 * frameBytes) % audio.length) - (((i * 7919 * frameBytes) % audio.length) % frameBytes);
@@ -174,10 +183,11 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
           timer = setTimeout(tick, (o.frameMs ?? 100) / pace);
         };
         tick();
-      });
+      };
       ws.on('message', (data, isBinary) => {
         if (isBinary) return;
         const ev = JSON.parse(data.toString());
+        if (!created && /^(transcription_)?session\.created$/.test(ev.type)) start();
         // Native events carry utterance_index; OpenAI's carry item_id.
         const id = openai ? ev.item_id : ev.utterance_index;
         if (ev.type === 'input_audio_buffer.speech_stopped') {
@@ -205,6 +215,12 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
       });
       ws.on('close', (code, reason) => {
         clearTimeout(timer);
+        // Closed right after its 101, before the session (uWebSockets.js 20.57, decisions/realtime.md):
+        // opened again at once, at most twice in a row, as the project's clients do.
+        if (!created && code === 1006 && attempt <= 2) {
+          earlyCloses++;
+          return void one(i, attempt + 1).then(resolve);
+        }
         const k = `${code}${reason.length ? ' ' + reason.toString() : ''}`;
         closes[k] = (closes[k] ?? 0) + 1;
         resolve();
@@ -231,6 +247,7 @@ export async function runLoad(o: LoadOptions): Promise<LoadResult> {
     errors,
     closes,
     framesSent,
+    earlyCloses,
   };
 }
 

@@ -113,10 +113,17 @@ describe('usage through a Postgres outage', function () {
         [cId]: [(64_000 + cOutage.length + 32_000) / 32_000, 'final'],
         [dId]: [7, 'lapsed'],
       };
-      const rows = await eventually(
+      // A connection closed right after its 101 (uWebSockets.js 20.57, decisions/realtime.md) was
+      // opened again by the client; the server may have a 0 s row for it, which bills nothing.
+      const ours = (rs: Row[]) => rs.filter((r) => r.ref_id in want);
+      const all = await eventually(
         () => usage('realtime'),
-        (rs) => rs.length === 3 && rs.every((r) => same(r, want[r.ref_id])),
+        (rs) => ours(rs).length === 3 && ours(rs).every((r) => same(r, want[r.ref_id])),
         30_000,
+      );
+      const rows = ours(all);
+      expect(all.filter((r) => !(r.ref_id in want)).map((r) => Number(r.audio_seconds))).to.satisfy(
+        (s: number[]) => s.every((v) => v === 0),
       );
       expect(rows.map((r) => [r.ref_id, r.audio_seconds, r.status]).sort()).to.deep.equal(
         Object.entries(want)

@@ -41,6 +41,8 @@ const utterances = new Counter('rt_utterances');
 const failed = new Counter('rt_failed_utterances');
 const refused = new Counter('rt_refused_connects');
 const reconnects = new Counter('rt_reconnects');
+// Connections closed before session.created (docs/realtime.md: open again at once; no session existed).
+const earlyCloses = new Counter('rt_early_closes');
 // Close codes as metrics: one counter per code (custom metrics exist from the init stage).
 const CLOSE_CODES = [1000, 1001, 1006, 1008, 1009, 1011, 1013, 4408];
 const closes = {};
@@ -97,6 +99,7 @@ function connectOnce(st) {
   ws.binaryType = 'arraybuffer';
   const stoppedAt = {};
   let opened = false;
+  let created = false;
   let pending = 0; // utterances stopped and not yet completed
   let draining = false;
   let ours = false;
@@ -114,6 +117,10 @@ function connectOnce(st) {
     st.closedByServer = false;
     st.streak = 0;
     connectTime.add(Date.now() - t0);
+  };
+  // Audio goes once the session exists, as docs/realtime.md asks of clients.
+  const start = () => {
+    created = true;
     timer = setInterval(() => {
       if (off + FRAME > pcm.byteLength) off = 0;
       ws.send(pcm.slice(off, off + FRAME));
@@ -133,6 +140,7 @@ function connectOnce(st) {
   ws.onmessage = (m) => {
     if (typeof m.data !== 'string') return;
     const ev = JSON.parse(m.data);
+    if (ev.type === 'session.created' && !created) start();
     if (ev.type === 'input_audio_buffer.speech_stopped') {
       stoppedAt[ev.utterance_index] = Date.now();
       pending++;
@@ -161,6 +169,12 @@ function connectOnce(st) {
     clearTimeout(drainCap);
     clearTimeout(endTimer);
     if (!opened) return;
+    if (!created && e.code === 1006) {
+      // Closed right after its 101, before the session (uWebSockets.js 20.57, decisions/realtime.md):
+      // the next iteration opens it again at once.
+      earlyCloses.add(1);
+      return;
+    }
     (closes[e.code] || otherCloses).add(1);
     if (ours && e.code === 1000) return;
     serverCloses.add(1);
