@@ -69,7 +69,7 @@ function sentenceSplitter(dir: string): (reference: string) => string[] {
 }
 
 /** The clip's audio as 16 kHz mono PCM16 (ffmpeg), optionally at another rate for upload tests. */
-export function corpusPcm(clip: CorpusClip, rate = 16_000): Buffer {
+export function corpusPcm(clip: Pick<CorpusClip, 'path'>, rate = 16_000): Buffer {
   return execFileSync(
     'ffmpeg',
     ['-nostdin', '-loglevel', 'error', '-i', clip.path, '-f', 's16le', '-ac', '1', '-ar', String(rate), '-'],
