@@ -10,7 +10,7 @@
  * made before start starts the producer side (pg-boss and its queues) first.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { fromKnex, type PgBoss } from 'pg-boss';
+import { fromKnex, type PgBoss, type SendOptions } from 'pg-boss';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Config } from '../../shared/config/index.js';
@@ -231,7 +231,11 @@ export class BatchRuntime {
     await this.retention.expire();
     if (!this.boss) return 0;
     const lost = await this.repo.lostWebhooks(this.d.config.batch.webhook.recoverAfterSeconds);
-    for (const w of lost) await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0);
+    // One job per lost attempt a minute: a sweep that finds it again first queues none to run beside it.
+    for (const w of lost) {
+      const once = { singletonKey: `lost:${w.id}:${w.attempt}`, singletonSeconds: 60 };
+      await this.sendWebhook({ workflowId: w.id, attempt: w.attempt }, 0, once);
+    }
     if (lost.length) this.log.warn({ count: lost.length }, 'lost webhook deliveries queued again');
     return lost.length;
   }
@@ -298,9 +302,9 @@ export class BatchRuntime {
     }
   }
 
-  private async sendWebhook(job: WebhookDeliveryJob, delaySeconds: number): Promise<void> {
+  private async sendWebhook(job: WebhookDeliveryJob, delay: number, once?: SendOptions): Promise<void> {
     if (!this.boss) throw new Error('batch runtime stopped');
-    await this.boss.send(WEBHOOK_QUEUE, job, { startAfter: Math.ceil(delaySeconds) });
+    await this.boss.send(WEBHOOK_QUEUE, job, { startAfter: Math.ceil(delay), ...once });
   }
 
   // ---------- operations used by the routes ----------

@@ -250,6 +250,12 @@ describe('batch: webhook delivery', function () {
       .db('batch_steps')
       .where({ workflow_id: id, name: 'webhook' })
       .update({ status: 'waiting', ended_at: null });
+    // Sweeps that find it again before its job ran queue no second job (which could send it twice).
+    await Promise.all([t.runtime.sweep(), t.runtime.sweep(), t.runtime.sweep()]);
+    const boss = await pgBossClient(t);
+    const queued = await boss.findJobs(WEBHOOK_QUEUE, { data: { workflowId: id, attempt: 2 } });
+    await boss.stop({ graceful: false });
+    expect(queued).to.have.length(1);
     const retried = await waitFor(
       async () => {
         const d = await deliveries(id);
