@@ -69,7 +69,7 @@ const FIELDS: Record<string, FieldSpec> = {
   vad_max_speech_ms: { key: 'maxSpeechMs', schema: num(1000, MAX_MS) },
   vadSmartSplitWindowMs: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
   vad_smart_split_window_ms: { key: 'smartSplitWindowMs', schema: num(0, MAX_MS) },
-  // Not in the interface (4.9): docs/decisions/realtime.md, "Turn ends".
+  // Not in the interface (4.9): docs/decisions/turns.md, "Turn ends".
   vadEagerness: { key: 'eagerness', schema: eagerness },
   vad_eagerness: { key: 'eagerness', schema: eagerness },
   // The interface lists translate_to alone (no camelCase alias): `translateTo` is stripped like any other unknown name.
@@ -184,7 +184,7 @@ export function applySessionUpdate(
 }
 
 /**
- * Turn ends (docs/decisions/realtime.md, "Turn ends"): with an eagerness the session's pauses are
+ * Turn ends (docs/decisions/turns.md, "Turn ends"): with an eagerness the session's pauses are
  * judged and `silenceMs` is the longest wait (the level's unless the client gives one). Without one,
  * the window with the sentence-end check (the default, and `vad_eagerness: null` after a level); a
  * window the client sets without an eagerness is kept exactly (no earlier end).

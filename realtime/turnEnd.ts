@@ -10,7 +10,7 @@
  * loudness fall at a sentence end: realtime/vad/prosody.ts) and the
  * speaker's own pauses (someone who paused 600 ms and went on is given
  * longer). Each eagerness level (TURN_LEVELS) turns the verdict into a wait.
- * Tuned on test/audio/corpus/dialog (docs/decisions/realtime.md, "Turn ends").
+ * Tuned on test/audio/corpus/dialog (docs/decisions/turns.md, "Turn ends").
  */
 import { TURN_LEVELS, type Eagerness } from '../shared/config/realtime.js';
 import type { Logger } from 'pino';

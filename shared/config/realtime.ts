@@ -66,7 +66,7 @@ export type Eagerness = 'low' | 'medium' | 'high' | 'auto';
  * pause is first judged (`askMs`), and how long the turn waits when the
  * speaker has surely finished (at once), has probably finished (`likelyMs`),
  * cannot be read (`unsureMs`) or surely goes on (`longestMs`, the default
- * `vad_silence_ms`). Measured on the turn corpus: docs/decisions/realtime.md, "Turn ends".
+ * `vad_silence_ms`). Measured on the turn corpus: docs/decisions/turns.md, "Turn ends".
  */
 export const TURN_LEVELS: Readonly<
   Record<Eagerness, { askMs: number; likelyMs: number; unsureMs: number; longestMs: number }>
@@ -213,7 +213,7 @@ export const VAD_DEFAULTS: Readonly<VadDefaults> = {
   targetSpeechMs: 15_000,
   maxSpeechMs: 30_000,
   smartSplitWindowMs: 2_000,
-  // Judged turn ends are opt-in (vad_eagerness): docs/decisions/realtime.md, "Turn ends".
+  // Judged turn ends are opt-in (vad_eagerness): docs/decisions/turns.md, "Turn ends".
   sentenceEndSilenceMs: SENTENCE_END_SILENCE_MS,
   sentenceEndThreshold: 0.1,
   eagerness: null,

@@ -171,14 +171,14 @@ export const STREAM_DECODER_ARGS = ['-maxhmmpf', '6000'];
  * Words of the language model the built-in engine searches: its most frequent ones (by unigram
  * probability; en-us.lm.bin has 72,545 with a pronunciation, the 12,545 past 60,000 carry 0.019 % of
  * its probability). The others are pronounced and added when a prompt or vocabulary names them
- * (bias/lexicon.ts; docs/decisions/speech.md, "The lexicon").
+ * (bias/lexicon.ts; docs/decisions/prompts.md, "The lexicon").
  */
 export const SEARCH_VOCABULARY_WORDS = 60_000;
 /**
  * Of the words searched, the most frequent ones keep the dictionary's alternate pronunciations
  * (`the(2)`, `either(2)`); the others are searched with their first one, and their alternates are
  * looked up like words past the cut (a decoder's search tree and dictionary grow with every
- * pronunciation; docs/decisions/speech.md, "The lexicon").
+ * pronunciation; docs/decisions/prompts.md, "The lexicon").
  */
 export const ALTERNATES_WORDS = 10_000;
 /** Longest wait of a built-in request for a free decoder. */

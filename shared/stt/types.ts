@@ -10,7 +10,7 @@ export interface TranscribeRequest {
   language?: string;
   /** Context hint: remote workers receive it as is; the built-in engine biases its search toward its words. */
   prompt?: string;
-  /** The API key's stored vocabulary (built-in engine; docs/decisions/speech.md "Prompt and vocabulary"). */
+  /** The API key's stored vocabulary (built-in engine; docs/decisions/prompts.md). */
   vocabulary?: VocabularyEntry[];
   model?: string;
   /** Pin a specific worker of a remote pool. */
@@ -101,7 +101,7 @@ export interface StreamingUtterance {
    * How likely the words decoded so far are a finished sentence: the
    * language model's probability of the sentence end after the last two
    * words of the partial hypothesis, and those words. Lets a pause shorter
-   * than the silence window end the turn (docs/decisions/realtime.md, "Turn ends").
+   * than the silence window end the turn (docs/decisions/turns.md, "Turn ends").
    */
   sentenceEnd?(): Promise<SentenceEndCues>;
 }

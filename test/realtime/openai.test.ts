@@ -94,7 +94,7 @@ describe('WS /v1/realtime: OpenAI Realtime transcription sessions', function () 
     expect(created.session).to.include({ type: 'transcription', object: 'realtime.transcription_session' });
     expect(created.session.audio.input.format).to.deep.equal({ type: 'audio/pcm', rate: 24000 });
     expect(created.session.audio.input.transcription.model).to.equal('gpt-4o-transcribe');
-    // The default is the fixed window; semantic_vad is opt-in (docs/decisions/realtime.md, "Turn ends").
+    // The default is the fixed window; semantic_vad is opt-in (docs/decisions/turns.md, "Turn ends").
     expect(created.session.audio.input.turn_detection.type).to.equal('server_vad');
     c.send({
       type: 'session.update',

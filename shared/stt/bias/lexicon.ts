@@ -8,7 +8,7 @@
  * streaming decoder, and alternate pronunciations for the ALTERNATES_WORDS
  * most frequent only 2.5 MiB less again), a unigram model of those words
  * ("extras", the search tree's word list when words are added,
- * docs/decisions/speech.md "Prompt and vocabulary"), and the rest of the
+ * docs/decisions/prompts.md), and the rest of the
  * dictionary, where pronunciations of prompt words are looked up: the words
  * the model ranks past the cut (which a prompt or vocabulary adds back,
  * bias/compile.ts) and those it does not know.

@@ -8,7 +8,7 @@
  * eSpeak NG's British English rules give a second pronunciation: two rule
  * sets cover more of the ways a name is said. (Flite's rules, tried through
  * libflite in-process, crashed the process in lex_lookup under load.)
- * (docs/decisions/speech.md "Prompt and vocabulary"). Called on the main
+ * (docs/decisions/prompts.md). Called on the main
  * thread only: eSpeak NG keeps global state.
  */
 import fs from 'node:fs';

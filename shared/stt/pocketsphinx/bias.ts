@@ -1,7 +1,6 @@
 /**
- * A decoder's prompt and vocabulary (docs/decisions/speech.md "Prompt and
- * vocabulary"). The search's language model is a set (sphinxbase's
- * ngram_model_set) of three models:
+ * A decoder's prompt and vocabulary (docs/decisions/prompts.md). The search's
+ * language model is a set (sphinxbase's ngram_model_set) of three models:
  * - `default`, the general model;
  * - `extras`, a unigram model of every word the decoder can say: the general
  *   model's and those prompts added. It is the selected model only while
