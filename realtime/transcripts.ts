@@ -74,7 +74,10 @@ export class Transcripts {
       this.host.end('upstreamBackpressure');
       return;
     }
-    const timer = setTimeout(() => abort.abort(new Error('transcription timed out')), cfg.transcribeTimeoutMs);
+    const timer = setTimeout(
+      () => abort.abort(new Error('transcription timed out')),
+      cfg.transcribeTimeoutMs,
+    );
     const language = u.language === 'auto' ? undefined : u.language;
     const result: Promise<TranscribeResult> = u.streaming
       ? u.streaming.finish(abort.signal)
