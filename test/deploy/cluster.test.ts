@@ -512,7 +512,8 @@ describe('deployment: 2 API + 2 realtime + 2 engines behind HAProxy', function (
           (r) => Number(String(r.run_owner ?? '').split('-')[0]) === proc(other).child.pid,
           10_000,
         );
-        expect(row.status).to.equal('running');
+        // Held by the other instance; on a quick machine it may have finished the job already.
+        expect(row.status).to.be.oneOf(['running', 'complete']);
       } finally {
         await db.destroy();
       }
