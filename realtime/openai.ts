@@ -27,12 +27,9 @@ import {
   type SessionCreated,
   type SessionEvent,
   type SessionUpdated,
-  type SessionUpdateMessage,
 } from './wire.js';
 import {
   isOpenAIClientEvent,
-  PARAMS,
-  type Form,
   type BetaSession,
   type GaSession,
   type OpenAIServerEvent,
@@ -41,10 +38,12 @@ import {
 } from './openaiWire.js';
 import { Resampler24To16 } from './resample.js';
 import { OPENAI_ERROR_TYPES } from '../shared/http/openaiErrors.js';
-import { PRINTABLE_TEXT, isObject } from '../shared/validation.js';
-
-const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
-const OBJECT = 'must be an object';
+import {
+  openAIParam,
+  readOpenAISession,
+  type Form,
+  type OpenAIChoices,
+} from '../shared/sessionUpdate/openai.js';
 
 export interface OpenAIConnect {
   /** `OpenAI-Beta: realtime=v1`: the session is announced as `transcription_session.created`. */
@@ -53,27 +52,12 @@ export interface OpenAIConnect {
   model?: string;
 }
 
-/** What the client chose that the session's settings do not hold. */
-interface Choices {
-  rate: 16000 | 24000;
-  model: string | null;
-  noiseReduction: { type: string } | null;
-  include: string[];
-}
-
 const invalid = (code: string, message: string): ClientCommand => ({ kind: 'invalid', code, message });
-/** A refused session field: `at` is its path in the client's form, given as the error's `param`. */
-const badField = (at: string, what: string): ClientCommand => ({
-  kind: 'invalid',
-  code: 'invalid_session_update',
-  message: `${at} ${what}.`,
-  field: at,
-});
 
 export class OpenAIProtocol implements SessionProtocol {
-  private choices: Choices;
+  private choices: OpenAIChoices;
   /** Choices of the update being applied, kept once the session accepts its settings. */
-  private proposed: { choices: Choices; form: Form } | null = null;
+  private proposed: { choices: OpenAIChoices; form: Form } | null = null;
   private resampler: Resampler24To16 | null = new Resampler24To16();
   /** Turn detection on (the session's `vad` setting, from its events). */
   private vad = true;
@@ -157,101 +141,10 @@ export class OpenAIProtocol implements SessionProtocol {
 
   /** An update of either form as the native settings it changes; OpenAI-only choices wait for its acceptance. */
   private update(session: unknown, form: Form): ClientCommand {
-    if (!isObject(session)) return invalid('invalid_session_update', '"session" must be an object.');
-    const choices: Choices = { ...this.choices };
-    const native: SessionUpdateMessage = { type: 'session.update' };
-    let transcription: unknown;
-    let turn: unknown;
-    let hasTurn = false;
-    let noise: unknown;
-    if (form === 'ga') {
-      if (session.type !== undefined && session.type !== 'transcription') {
-        return invalid(
-          'unsupported_session_type',
-          `session.type ${JSON.stringify(session.type).slice(0, 32)} is not served here: only "transcription".`,
-        );
-      }
-      if (session.audio !== undefined && !isObject(session.audio)) return badField('session.audio', OBJECT);
-      const audio = isObject(session.audio) ? session.audio : {};
-      if (audio.input !== undefined && !isObject(audio.input)) return badField('session.audio.input', OBJECT);
-      const input = isObject(audio.input) ? audio.input : {};
-      if (input.format !== undefined) {
-        const f = input.format;
-        if (!isObject(f) || f.type !== 'audio/pcm')
-          return invalid(
-            'unsupported_audio_format',
-            'audio.input.format: only {type: "audio/pcm"} is supported.',
-          );
-        if (f.rate !== undefined && f.rate !== 24000 && f.rate !== 16000)
-          return invalid('unsupported_audio_format', 'audio.input.format.rate must be 24000 or 16000.');
-        choices.rate = f.rate ?? 24000;
-      }
-      transcription = input.transcription;
-      hasTurn = 'turn_detection' in input;
-      turn = input.turn_detection;
-      noise = input.noise_reduction;
-    } else {
-      if (session.input_audio_format !== undefined) {
-        if (session.input_audio_format !== 'pcm16')
-          return invalid(
-            'unsupported_audio_format',
-            'input_audio_format: only "pcm16" (24 kHz) is supported.',
-          );
-        choices.rate = 24000;
-      }
-      transcription = session.input_audio_transcription;
-      hasTurn = 'turn_detection' in session;
-      turn = session.turn_detection;
-      noise = session.input_audio_noise_reduction;
-    }
-    if (transcription !== undefined && transcription !== null) {
-      // The field as the client's form names it.
-      const at = form === 'ga' ? 'session.audio.input.transcription' : 'session.input_audio_transcription';
-      if (!isObject(transcription)) return badField(at, OBJECT);
-      if (transcription.model !== undefined) {
-        // Values are checked, never converted: `{"toString": null}` cannot become a string.
-        if (transcription.model !== null && typeof transcription.model !== 'string')
-          return badField(`${at}.model`, 'must be a string or null');
-        if (typeof transcription.model === 'string' && !PRINTABLE.test(transcription.model))
-          return badField(`${at}.model`, 'must not contain control, invisible or text-direction characters');
-        choices.model = transcription.model;
-      }
-      // '' is OpenAI's "not set": detection.
-      if (transcription.language !== undefined) native.language = transcription.language || 'auto';
-      if (transcription.prompt !== undefined) native.prompt = transcription.prompt;
-    }
-    if (hasTurn) {
-      if (turn === null) native.vad = false;
-      else if (isObject(turn) && turn.type === 'semantic_vad') {
-        // OpenAI's levels are the native vad_eagerness (validated there; absent: auto).
-        native.vad = true;
-        native.vad_eagerness = turn.eagerness ?? 'auto';
-      } else if (!isObject(turn) || (turn.type !== undefined && turn.type !== 'server_vad')) {
-        return invalid(
-          'unsupported_turn_detection',
-          'turn_detection: only {type: "server_vad"}, {type: "semantic_vad"} or null is supported.',
-        );
-      } else {
-        // server_vad: a fixed silence window (silence_duration_ms, or the fixed default).
-        native.vad = true;
-        native.vad_eagerness = null;
-        if (turn.threshold !== undefined) native.vad_threshold = turn.threshold;
-        if (turn.silence_duration_ms !== undefined) native.vad_silence_ms = turn.silence_duration_ms;
-        if (turn.prefix_padding_ms !== undefined) native.vad_prefix_ms = turn.prefix_padding_ms;
-      }
-    }
-    if (noise === null) choices.noiseReduction = null;
-    else if (isObject(noise) && typeof noise.type === 'string') choices.noiseReduction = { type: noise.type };
-    else if (noise !== undefined)
-      return invalid('invalid_session_update', 'noise_reduction must be null or {type: string}.');
-    if (session.include !== undefined) {
-      const include = session.include ?? [];
-      if (!Array.isArray(include) || !include.every((v): v is string => typeof v === 'string'))
-        return invalid('invalid_session_update', 'include must be an array of strings.');
-      choices.include = include;
-    }
-    this.proposed = { choices, form };
-    return { kind: 'update', msg: native };
+    const read = readOpenAISession(session, form);
+    if (!read.ok) return { kind: 'invalid', code: read.code, message: read.message, field: read.field };
+    this.proposed = { choices: { ...this.choices, ...read.choices }, form };
+    return { kind: 'update', msg: { type: 'session.update', ...read.native } };
   }
 
   // ---- server events ---------------------------------------------------------------------
@@ -351,7 +244,7 @@ export class OpenAIProtocol implements SessionProtocol {
   private error(event_id: string, code: string, message: string, field?: string): OpenAIServerEvent {
     const form = this.proposed?.form ?? 'ga';
     if (code === 'invalid_session_update') this.proposed = null;
-    const param = field ? (PARAMS[field]?.[form] ?? field) : null;
+    const param = field ? openAIParam(field, form) : null;
     return {
       type: 'error',
       event_id,

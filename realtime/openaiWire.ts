@@ -10,37 +10,6 @@ import { COMPLETED, messageGuard, type Throttled } from './wire.js';
 
 // ---- client to server ----------------------------------------------------------------------
 
-/** The two forms of OpenAI's protocol: the current one and the beta `transcription_session.*`. */
-export type Form = 'ga' | 'beta';
-
-/** Native setting names to the OpenAI field that sets them, per form (error `param`s). */
-export const PARAMS: Record<string, Record<Form, string>> = {
-  language: {
-    ga: 'session.audio.input.transcription.language',
-    beta: 'session.input_audio_transcription.language',
-  },
-  prompt: {
-    ga: 'session.audio.input.transcription.prompt',
-    beta: 'session.input_audio_transcription.prompt',
-  },
-  vad_threshold: {
-    ga: 'session.audio.input.turn_detection.threshold',
-    beta: 'session.turn_detection.threshold',
-  },
-  vad_silence_ms: {
-    ga: 'session.audio.input.turn_detection.silence_duration_ms',
-    beta: 'session.turn_detection.silence_duration_ms',
-  },
-  vad_prefix_ms: {
-    ga: 'session.audio.input.turn_detection.prefix_padding_ms',
-    beta: 'session.turn_detection.prefix_padding_ms',
-  },
-  vad_eagerness: {
-    ga: 'session.audio.input.turn_detection.eagerness',
-    beta: 'session.turn_detection.eagerness',
-  },
-};
-
 /** Every client event may carry an `event_id`, which OpenAI's errors name. */
 type Client<T extends string, F = unknown> = { type: T; event_id?: unknown } & F;
 

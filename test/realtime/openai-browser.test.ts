@@ -80,6 +80,60 @@ describe('WS /v1/realtime from a browser with an ephemeral secret (whole service
       expect(r.status, JSON.stringify(body)).to.equal(400);
       expect(((await r.json()) as { error: { code: string } }).error.code).to.equal('invalid_session_update');
     }
+    // And the values it refuses, with its codes (one reader and one check for both: shared/sessionUpdate).
+    const long = 'word '.repeat(401);
+    for (const [path, body, code, param] of [
+      [
+        '/v1/realtime/client_secrets',
+        { session: { audio: { input: { transcription: { prompt: long } } } } },
+        'invalid_session_update',
+        'session.audio.input.transcription.prompt',
+      ],
+      [
+        '/v1/realtime/transcription_sessions',
+        { turn_detection: { type: 'server_vad', threshold: 2 } },
+        'invalid_session_update',
+        'body.turn_detection.threshold',
+      ],
+      [
+        '/v1/realtime/client_secrets',
+        { session: { audio: { input: { turn_detection: { type: 'semantic_vad', eagerness: 'eager' } } } } },
+        'invalid_session_update',
+        'session.audio.input.turn_detection.eagerness',
+      ],
+      [
+        '/v1/realtime/transcription_sessions',
+        { input_audio_transcription: { language: 'x1' } },
+        'invalid_session_update',
+        'body.input_audio_transcription.language',
+      ],
+      [
+        '/v1/realtime/client_secrets',
+        { session: { audio: { input: { format: { type: 'audio/pcmu' } } } } },
+        'unsupported_audio_format',
+        '',
+      ],
+      [
+        '/v1/realtime/transcription_sessions',
+        { turn_detection: { type: 'magic' } },
+        'unsupported_turn_detection',
+        '',
+      ],
+    ] as const) {
+      const r = await post(path, body);
+      const { error } = (await r.json()) as { error: { code: string; message: string } };
+      expect(`${r.status} ${error.code}`, JSON.stringify(body)).to.equal(`400 ${code}`);
+      expect(error.message).to.include(param);
+      // session.update on /v1/realtime refuses the same session with the same code.
+      const form = path.endsWith('client_secrets') ? 'session.update' : 'transcription_session.update';
+      const ws = await connect(`${svc.baseUrl.replace('http', 'ws')}/v1/realtime?intent=transcription`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
+      await ws.next('session.created');
+      ws.send({ type: form, session: 'session' in body ? body.session : body });
+      expect((await ws.next('error')).error.code, JSON.stringify(body)).to.equal(code);
+      ws.ws.close();
+    }
     const tabs = await post('/v1/realtime/transcription_sessions', {
       input_audio_transcription: { prompt: 'Kubernetes,\tGrafana\nPostgres' },
     });

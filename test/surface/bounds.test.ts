@@ -8,7 +8,7 @@
  */
 import { expect } from 'chai';
 import request from 'supertest';
-import { sessionUpdateSchema } from '../../realtime/options.js';
+import { sessionUpdateSchema } from '../../shared/sessionUpdate/native.js';
 import { createTestApp, issueKey, type TestApp } from '../helpers/app.js';
 
 type Schema = Record<string, unknown>;

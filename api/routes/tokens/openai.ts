@@ -18,33 +18,26 @@ import { requestRateLimit } from '../../http/rateLimit.js';
 import type { Route } from '../../http/routes.js';
 import { apiErrorSchema, tooManyRequests } from '../../openapi/schemas.js';
 import type { Principal } from '../../../shared/auth/index.js';
-import { FREE_TEXT, PRINTABLE_TEXT, isObject } from '../../../shared/validation.js';
-
-const PROMPT = new RegExp(FREE_TEXT, 'u');
-const PRINTABLE = new RegExp(PRINTABLE_TEXT, 'u');
-const invalidSession = (message: string) => new ApiError(400, 'invalid_session_update', message);
+import { checkFields } from '../../../shared/sessionUpdate/native.js';
+import { openAIParam, readOpenAISession, type Form } from '../../../shared/sessionUpdate/openai.js';
+import { isObject } from '../../../shared/validation.js';
 
 /**
- * The shapes `session.update` refuses on `/v1/realtime` (realtime/openai.ts), refused here too: a
- * container that is not an object, a model name that is not printable text, a prompt with control
- * characters. `where` is the path of the
- * transcription settings' parent in the client's form.
+ * Refuses a session the endpoint would not serve, as `session.update` on `/v1/realtime` would refuse
+ * it once the client applies it there (the same reader and checks: shared/sessionUpdate), so that
+ * the client hears of it now rather than after connecting. `root` is the session's path in the
+ * request.
  */
-function checkTranscription(parent: Record<string, unknown>, key: string, where: string): void {
-  const t = parent[key];
-  if (t === undefined || t === null) return;
-  if (!isObject(t)) throw invalidSession(`${where}.${key} must be an object.`);
-  const model = t.model;
-  if (model !== undefined && model !== null && (typeof model !== 'string' || !PRINTABLE.test(model)))
-    throw invalidSession(
-      `${where}.${key}.model must be a string without control, invisible or text-direction characters.`,
+function checkSession(session: unknown, form: Form, root: string): void {
+  const read = readOpenAISession(session, form, root);
+  if (!read.ok) throw new ApiError(400, read.code, read.message);
+  const refused = checkFields(read.native);
+  if (refused)
+    throw new ApiError(
+      400,
+      refused.code,
+      refused.field ? `${refused.message} (${openAIParam(refused.field, form, root)})` : refused.message,
     );
-  if (t.prompt !== undefined && t.prompt !== null) {
-    if (typeof t.prompt !== 'string' || !PROMPT.test(t.prompt))
-      throw invalidSession(
-        `${where}.${key}.prompt must be text without control characters (tabs and line breaks are allowed).`,
-      );
-  }
 }
 
 function mint(deps: AppDeps, principal: Principal): { value: string; expires_at: number } {
@@ -61,7 +54,9 @@ const secretSchema = {
 
 const errors = {
   '400': {
-    description: '`unsupported_session_type`, `invalid_session_update`, `invalid_json`',
+    description:
+      '`unsupported_session_type`, `unsupported_audio_format`, `unsupported_turn_detection`, ' +
+      '`invalid_session_update` (what `session.update` on `/v1/realtime` refuses), `invalid_json`',
     schema: apiErrorSchema,
   },
   '401': { description: 'Missing, invalid, revoked or expired key', schema: apiErrorSchema },
@@ -91,22 +86,8 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
         ...chain,
         (ctx) => {
           const body = isObject(ctx.request.body) ? ctx.request.body : {};
-          if (body.session !== undefined && !isObject(body.session))
-            throw invalidSession('session must be an object.');
+          checkSession(body.session ?? {}, 'ga', 'session');
           const session = isObject(body.session) ? body.session : {};
-          if (session.audio !== undefined && !isObject(session.audio))
-            throw invalidSession('session.audio must be an object.');
-          const audio = isObject(session.audio) ? session.audio : {};
-          if (audio.input !== undefined && !isObject(audio.input))
-            throw invalidSession('session.audio.input must be an object.');
-          if (isObject(audio.input)) checkTranscription(audio.input, 'transcription', 'session.audio.input');
-          if (session.type !== undefined && session.type !== 'transcription') {
-            throw new ApiError(
-              400,
-              'unsupported_session_type',
-              'Only transcription sessions are served: session.type must be "transcription".',
-            );
-          }
           const secret = mint(deps, ctx.state.principal);
           ctx.res.setHeader('Cache-Control', 'no-store');
           ctx.body = {
@@ -145,7 +126,7 @@ export function openaiTokenRoutes(deps: AppDeps): Route[] {
         ...chain,
         (ctx) => {
           const body = isObject(ctx.request.body) ? ctx.request.body : {};
-          checkTranscription(body, 'input_audio_transcription', 'body');
+          checkSession(body, 'beta', 'body');
           const secret = mint(deps, ctx.state.principal);
           ctx.res.setHeader('Cache-Control', 'no-store');
           ctx.body = {
