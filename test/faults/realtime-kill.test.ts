@@ -57,7 +57,9 @@ describe('faults: the realtime process killed during active streaming', function
     if (this.currentTest?.state !== 'failed' || !rt) return;
     const lines = rt.logLines().filter((l) => Number(l.level) >= 40 || l.msg === 'realtime session ended');
     const exit = rt.alive ? 'running' : `exited ${rt.child.exitCode ?? rt.child.signalCode}`;
-    console.error(`realtime process (${exit}):\n${lines.map((l) => JSON.stringify(l)).join('\n')}\n${rt.output.slice(-2000)}`);
+    console.error(
+      `realtime process (${exit}):\n${lines.map((l) => JSON.stringify(l)).join('\n')}\n${rt.output.slice(-2000)}`,
+    );
   });
 
   after(async () => {

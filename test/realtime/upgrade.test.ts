@@ -83,7 +83,9 @@ describe('realtime upgrade', function () {
       expect(listening, 'the realtime process listened on a shared port').to.equal(false);
       // Its output read to the end (the exit can come before the last lines).
       await new Promise((r) =>
-        proc.child.stdout!.readableEnded && proc.child.stderr!.readableEnded ? r(null) : proc.child.once('close', r),
+        proc.child.stdout!.readableEnded && proc.child.stderr!.readableEnded
+          ? r(null)
+          : proc.child.once('close', r),
       );
       expect(proc.alive, 'the realtime process still runs').to.equal(false);
       expect(proc.output).to.include(`could not listen on 127.0.0.1:${port} (is it in use?)`);
