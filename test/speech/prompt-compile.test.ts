@@ -95,6 +95,15 @@ describe('prompt and vocabulary compilation (issue 37)', function () {
     expect(entries).to.include.members(['either', 'either(2)', 'pecan']);
     expect(entries).to.not.include('pecan(2)');
     expect(entries.filter((e) => e.endsWith(')')).length).to.be.below(2000);
+    // A prompt or vocabulary that names "pecan" has it searched all three ways again (as further
+    // pronunciations of the searched word); "either" has its own already.
+    const alternates = (spec: ReturnType<typeof bias.compiler.compile>) =>
+      spec?.words.map((w) => `${w.word} ${w.phones.join(' ')}`);
+    const pecan = ['pecan(11) P IY K AA N', 'pecan(12) P IH K AE N'];
+    expect(alternates(bias.compiler.compile('Pecan pie, either way', undefined))).to.deep.equal(pecan);
+    expect(
+      alternates(bias.compiler.compile(undefined, [{ word: 'pecan' }, { word: 'either' }])),
+    ).to.deep.equal(pecan);
     // Added under a name of its own (PAST_CUT): the general model, which knows "launchings", does not
     // know it, so the word leaves the search with the prompt. Results show it as the dictionary writes it.
     const spec = bias.compiler.compile('Grafana launchings', undefined)!;

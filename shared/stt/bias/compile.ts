@@ -46,6 +46,8 @@ export const PAST_CUT = '~';
 const MIN_LETTERS = 2;
 /** Compiled specs kept per process (each a few kilobytes). */
 const CACHE_ENTRIES = 512;
+/** Where the dictionary lookup finds the alternates the search leaves out (LexiconFiles order). */
+const ALTERNATES_FILE = 3;
 /** Pronunciations kept per word (spoken forms × dictionary variants). */
 const MAX_PRONUNCIATIONS = 4;
 
@@ -62,7 +64,16 @@ export class BiasCompiler {
   private readonly cache = new Map<string, BiasSpec | null>();
 
   constructor(files: LexiconFiles) {
-    this.dictionary = new DictionaryLookup([files.dict, files.tail, files.rest]);
+    this.dictionary = new DictionaryLookup([files.dict, files.tail, files.rest, files.alternates]);
+  }
+
+  /**
+   * Entries for the pronunciations of a searched word that the search leaves out (its alternates,
+   * past ALTERNATES_WORDS): named by a prompt or vocabulary, the word is searched all its ways.
+   */
+  private leftOut(word: string): NewWord[] {
+    const alternates = this.dictionary.get(word, ALTERNATES_FILE);
+    return alternates ? variants(word, alternates, true) : [];
   }
 
   /** The search has the word. */
@@ -126,7 +137,12 @@ export class BiasCompiler {
       });
       for (const t of tokens) {
         const name = this.nameOf(t.lower);
-        if (this.knows(t.lower) || words.has(name)) continue;
+        if (words.has(name)) continue;
+        if (this.knows(t.lower)) {
+          const alternates = this.leftOut(t.lower);
+          if (alternates.length > 0) words.set(name, alternates);
+          continue;
+        }
         const made = this.pronounce(t.lower);
         if (made.length === 0) continue; // a prompt word nobody can say is simply not boosted
         words.set(name, variants(name, made, false));
@@ -150,7 +166,10 @@ export class BiasCompiler {
         const known = this.knows(t.lower);
         // A one-word entry with spoken forms gets them as its pronunciations; a phrase's words sound out alone.
         const fromSpoken = tokens.length === 1 ? spoken.flatMap((s) => this.sayAll(s)) : [];
-        if (known && fromSpoken.length === 0) continue;
+        if (known && fromSpoken.length === 0) {
+          if (!words.has(name)) words.set(name, this.leftOut(t.lower));
+          continue;
+        }
         const made = fromSpoken.length > 0 ? fromSpoken : this.pronounce(t.lower);
         if (made.length === 0) {
           failed.push(entry.word);

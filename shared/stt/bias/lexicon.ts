@@ -29,10 +29,12 @@ export interface LexiconFiles {
   tail: string;
   /** The dictionary's other entries (words the language model does not know). */
   rest: string;
+  /** Alternate pronunciations of searched words that the search leaves out (ranked past ALTERNATES_WORDS). */
+  alternates: string;
 }
 
 /** Bumped when what is derived changes: the cache directory's name carries it. */
-const FORMAT = 4;
+const FORMAT = 5;
 
 function stamp(file: string): string {
   const st = fs.statSync(file);
@@ -62,8 +64,9 @@ export function prepareLexicon(opts: {
     extras: path.join(dir, 'extras.arpa'),
     tail: path.join(dir, 'tail.dict'),
     rest: path.join(dir, 'rest.dict'),
+    alternates: path.join(dir, 'alternates.dict'),
   };
-  if ([files.dict, files.extras, files.tail, files.rest].every((f) => fs.existsSync(f))) return files;
+  if (Object.values(files).every((f) => fs.existsSync(f))) return files;
   const lm = openLanguageModel(opts.lm, opts.sphinxbaseLibrary);
   const entries: { line: string; word: string }[] = [];
   /** Each word the model knows, with its unigram log probability. */
@@ -88,6 +91,7 @@ export function prepareLexicon(opts: {
   const inLm: string[] = [];
   const tail: string[] = [];
   const rest: string[] = [];
+  const alternates: string[] = [];
   const seen = new Set<string>();
   for (const e of entries) {
     const first = !seen.has(e.word);
@@ -95,6 +99,7 @@ export function prepareLexicon(opts: {
     // A searched word's first pronunciation is searched; its alternates only among the most frequent.
     if (words.has(e.word)) {
       if (first || withAlternates.has(e.word)) inLm.push(e.line);
+      else alternates.push(e.line);
     } else (known.has(e.word) ? tail : rest).push(e.line);
   }
   const list = ['<s>', '</s>', ...words];
@@ -116,6 +121,7 @@ export function prepareLexicon(opts: {
   fs.writeFileSync(path.join(tmp, 'extras.arpa'), arpa);
   fs.writeFileSync(path.join(tmp, 'tail.dict'), tail.join('\n') + '\n');
   fs.writeFileSync(path.join(tmp, 'rest.dict'), rest.join('\n') + '\n');
+  fs.writeFileSync(path.join(tmp, 'alternates.dict'), alternates.join('\n') + '\n');
   try {
     fs.renameSync(tmp, dir);
   } catch {

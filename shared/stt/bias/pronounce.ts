@@ -208,8 +208,14 @@ export class DictionaryLookup {
 
   constructor(private readonly files: string[]) {}
 
-  get(word: string): string[][] | undefined {
-    const lines = this.lines(word);
+  /** The word's pronunciations, in file and line order; only those of file `file` when given. */
+  get(word: string, file?: number): string[][] | undefined {
+    let lines = this.lines(word);
+    if (file !== undefined) {
+      if (!this.index) this.load();
+      const [from, to] = [file > 0 ? this.ends[file - 1] : 0, this.ends[file] ?? 0];
+      lines = lines.filter((at) => at >= from && at < to);
+    }
     return lines.length === 0 ? undefined : lines.map((at) => this.phones(at).split(' '));
   }
 
