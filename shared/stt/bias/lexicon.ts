@@ -66,7 +66,7 @@ export function prepareLexicon(opts: {
     rest: path.join(dir, 'rest.dict'),
     alternates: path.join(dir, 'alternates.dict'),
   };
-  if (Object.values(files).every((f) => fs.existsSync(f))) return files;
+  if ((Object.values(files) as string[]).every((f) => fs.existsSync(f))) return files;
   const lm = openLanguageModel(opts.lm, opts.sphinxbaseLibrary);
   const entries: { line: string; word: string }[] = [];
   /** Each word the model knows, with its unigram log probability. */
