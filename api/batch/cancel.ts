@@ -8,6 +8,8 @@
  * The chunks it had transcribed are billed (issue 41, third pass: cancel
  * and resubmit, or read the chunk checkpoints, had them transcribed free);
  * a later run of the same request_id reuses them without billing again.
+ * A workflow that has its result (only its webhook left to deliver) is
+ * finished work: it is not terminated, and the tenant's DELETE is 409.
  */
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
@@ -53,7 +55,11 @@ export class Cancellation {
   }
 
   private async terminate(where: Target, error: { name: string; message: string }): Promise<string[]> {
-    const q = this.db('batch_workflows').whereIn('status', ['queued', 'running']);
+    // A workflow with its result has done its work (transcribed, billed): only its webhook is left,
+    // and it finishes as `complete`; cancelling it then hid a billed result and its webhook.
+    const q = this.db('batch_workflows')
+      .whereIn('status', ['queued', 'running'])
+      .whereRaw("output -> 'result' IS NULL");
     if ('keyId' in where) q.where({ key_id: where.keyId });
     else q.where({ id: where.id, owner_id: where.ownerId });
     const rows = await q

@@ -155,6 +155,29 @@ describe('batch: cancelling jobs', function () {
     expect(late.body.code).to.equal('workflow_finished');
   });
 
+  it('a job that has its result is not cancelled in the moment before it is marked complete: 409, left to finish and deliver its webhook', async () => {
+    const k = await issueKey(s.t, { ownerId: 'tenant-late-cancel', plan: 'pro' });
+    const id = await submit(k.key, { audio_url: `${s.files.url}/short.wav` });
+    await waitFor(async () => (await row(id)).status === 'complete', 60_000, 200);
+    const billedBefore = await billed(k.id);
+    // The run's last moments: result saved and billed, webhook step waiting, not yet marked complete
+    // (workflow.ts between runSteps and finish; a trial cancelled there 2 times in 24). Put back here.
+    await s.t.deps.db('batch_workflows').where({ id }).update({ status: 'running', ended_at: null });
+    const r = await request(s.t.server).delete(`${JOBS}/${id}`).set('authorization', `Bearer ${k.key}`);
+    // Before: 200 terminated `cancelled`, yet billed, its result hidden and its webhook never sent.
+    expect(r.status, JSON.stringify(r.body)).to.equal(409);
+    expect(r.body.code).to.equal('workflow_finished');
+    expect((await row(id)).status).to.equal('running');
+    // Revoking its key leaves it too.
+    expect(await s.t.runtime.cancelKeyJobs(k.id)).to.equal(0);
+    expect((await row(id)).status).to.equal('running');
+    expect(await billed(k.id)).to.equal(billedBefore);
+    await s.t.deps
+      .db('batch_workflows')
+      .where({ id })
+      .update({ status: 'complete', ended_at: s.t.deps.db.fn.now() });
+  });
+
   it('a cancelled job is billed for the chunks it transcribed; resubmitted, it completes billed once in all', async () => {
     const k = await issueKey(s.t, { ownerId: 'tenant-free-ride', plan: 'pro' });
     const requestId = 'free-ride';

@@ -107,7 +107,9 @@ export function cancelHandler(deps: AppDeps): Middleware {
       throw new ApiError(
         409,
         'workflow_finished',
-        `Workflow ${id} has already ended (${status}); there is nothing to cancel.`,
+        status === 'running'
+          ? `Workflow ${id} has its result already (its webhook is being delivered); there is nothing to cancel.`
+          : `Workflow ${id} has already ended (${status}); there is nothing to cancel.`,
       );
     if (done.ended) ctx.state.log?.info({ workflowId: id }, 'batch job cancelled');
     ctx.set('Cache-Control', 'no-store');
@@ -266,7 +268,8 @@ export function routes(deps: AppDeps): Route[] {
           '401': { description: 'Authentication failed.', schema: componentRef('BatchError') },
           '404': { description: 'No such workflow for this tenant.', schema: componentRef('BatchError') },
           '409': {
-            description: '`workflow_finished`: it is complete or errored.',
+            description:
+              '`workflow_finished`: it is complete or errored, or has its result and only its webhook is left.',
             schema: componentRef('BatchError'),
           },
           '429': tooManyRequests('Request rate limit exceeded.', componentRef('BatchError')),
