@@ -18,13 +18,18 @@
  *   --language L, --prompt P, --model M, --worker-id W
  *   --concurrency N    files in flight at once (default 2)
  *
- * 429 answers are retried after their Retry-After; 502/503 once (the
- * interface lets the client resend). Exit code 1 when any file failed.
+ * 429 answers are retried after their Retry-After when it is at most a
+ * minute (a used-up audio budget answers hours: the file fails at once);
+ * 502/503 once (the interface lets the client resend). Exit code 1 when
+ * any file failed.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import cliProgress from 'cli-progress';
 import { parseCliArgs } from './args.js';
+
+/** Longest Retry-After the command waits out before trying again. */
+const MAX_RETRY_WAIT_SECONDS = 60;
 import {
   RESPONSE_FORMATS,
   isResponseFormat,
@@ -72,8 +77,9 @@ per file, the bytes uploaded then the decode; per URL, the job's steps.
   --concurrency N    files in flight at once (default 2)
   --progress         progress lines even when stderr is not a terminal
 
-429 answers are retried after their Retry-After, 502/503 once. Exit code 1
-when any file failed, 2 for a usage error.
+429 answers are retried after their Retry-After when it is at most 60 s
+(a used-up audio budget fails at once), 502/503 once. Exit code 1 when any
+file failed, 2 for a usage error.
 `;
 
 function usage(message?: string): never {
@@ -202,11 +208,13 @@ async function transcribeFile(file: string, o: Options, progress: Progress): Pro
         ? `${JSON.stringify(JSON.parse(body), null, 2)}\n`
         : body;
     const retryAfter = Number(res.headers.get('retry-after') ?? 1);
+    // A wait longer than a minute (a used-up audio budget frees as its window rolls: hours) fails now.
     const retryable =
-      (res.status === 429 && attempt <= 5) || ((res.status === 502 || res.status === 503) && attempt <= 1);
+      (res.status === 429 && attempt <= 5 && retryAfter <= MAX_RETRY_WAIT_SECONDS) ||
+      ((res.status === 502 || res.status === 503) && attempt <= 1);
     if (!retryable) throw new Error(errorMessage(res.status, body));
     progress(0, 1, `HTTP ${res.status}, retrying in ${retryAfter} s`);
-    await new Promise((r) => setTimeout(r, Math.min(60, Math.max(1, retryAfter)) * 1000));
+    await new Promise((r) => setTimeout(r, Math.min(MAX_RETRY_WAIT_SECONDS, Math.max(1, retryAfter)) * 1000));
   }
 }
 

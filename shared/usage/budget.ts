@@ -133,6 +133,26 @@ export class UsageBudget {
     return Number(r.rows[0].used);
   }
 
+  /**
+   * Seconds until `seconds` more fit the key's window of `limit` as far as its bills say: when the
+   * oldest billed audio that must age out of the window does (whole seconds, at least 1). Undefined
+   * when its bills cannot free enough (work in flight holds the rest, or `seconds` exceeds `limit`).
+   */
+  async secondsUntilFree(keyId: string, seconds: number, limit: number): Promise<number | undefined> {
+    const excess = (await this.used(keyId)) + seconds - limit;
+    if (excess <= 0) return 1;
+    if (seconds > limit) return undefined;
+    const r = await this.db.raw<{ rows: { wait: string }[] }>(
+      `SELECT extract(epoch FROM (created_at + make_interval(secs => :window) - now())) AS wait
+         FROM (SELECT created_at, sum(audio_seconds) OVER (ORDER BY created_at, ref_id) AS freed
+                 FROM usage_events WHERE key_id = :key AND ${IN_WINDOW.replace('?', ':window')}) e
+        WHERE freed >= :excess ORDER BY created_at LIMIT 1`,
+      { key: keyId, window: this.windowSeconds, excess },
+    );
+    const wait = r.rows[0] ? Number(r.rows[0].wait) : NaN;
+    return Number.isFinite(wait) ? Math.max(1, Math.ceil(wait)) : undefined;
+  }
+
   /** For `Reservation.reserveUpTo` (the planes reserve through a Reservation): queued per key and plane. */
   reserveUpTo(r: Request, limit: number): Promise<BudgetDecision> {
     return new Promise((resolve, reject) => {

@@ -137,8 +137,13 @@ describe('faults: concurrent work racing the audio budget', function () {
       expect(ok.length, JSON.stringify(answers.map((a) => a.status))).to.equal(4);
       for (const r of refused) {
         expect(r.status).to.equal(429);
-        expect(JSON.parse(r.body).error.code).to.equal('audio_quota_exhausted');
-        expect(r.retryAfter).to.match(/^\d+$/);
+        const { error } = JSON.parse(r.body) as { error: { code: string; message: string } };
+        expect(error.code).to.equal('audio_quota_exhausted');
+        // When the first upload's 890 s age out of the 86,400 s window (before: always 60), and what
+        // is left said as such (before: "exhausted" with 40 s left).
+        expect(Number(r.retryAfter)).to.be.within(86_000, 86_400);
+        expect(error.message).to.match(/^This clip \(890(\.\d+)? s\) does not fit the 40(\.\d+)? s left/);
+        expect(error.message).to.match(/It fits again in \d+ s\.$/);
       }
       const [{ total }] = await t.deps
         .db('usage_events')
@@ -162,7 +167,8 @@ describe('faults: concurrent work racing the audio budget', function () {
         .attach('file', Buffer.from('not audio at all, and never decoded'), 'clip.wav');
       expect(res.status, JSON.stringify(res.body)).to.equal(429);
       expect(res.body.error.code).to.equal('audio_quota_exhausted');
-      expect(res.headers['retry-after']).to.match(/^\d+$/);
+      expect(Number(res.headers['retry-after'])).to.be.within(86_000, 86_400);
+      expect(res.body.error.message).to.match(/^The audio budget of 11 s per window is used up\. It fits/);
       // A real clip too, and nothing more is billed.
       expect(await upload(t, key, CLIP)).to.include({ status: 429, code: 'audio_quota_exhausted' });
       expect(await billed(t, id)).to.equal(11);

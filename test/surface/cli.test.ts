@@ -12,6 +12,7 @@ import { AUDIO_DIR, realtimeWithBuiltinEngine, refs } from '../realtime/helpers.
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { issueServiceKey, REPO_ROOT, startService, type RunningService } from '../helpers/service.js';
 import { startFileServer, type FileServer } from '../batch/helpers.js';
+import { BUILTIN_PLANS } from '../../shared/plans.js';
 
 function run(
   cli: string,
@@ -71,6 +72,8 @@ describe('CLI: transcribe progress, files and URLs', function () {
       OUTBOUND_ALLOW: '127.0.0.1',
       // Generous decode limits: the test machine is shared and loaded.
       STT_BUILTIN_TIMEOUT_BASE_MS: '120000',
+      // A plan whose audio window jfk.wav (11 s) fills.
+      PLANS_JSON: JSON.stringify({ eleven: { ...BUILTIN_PLANS.pro, maxAudioSecondsPerWindow: 11 } }),
     });
     key = (await issueServiceKey(svc, { owner_id: 'cli' })).key;
   });
@@ -129,6 +132,18 @@ describe('CLI: transcribe progress, files and URLs', function () {
     expect(shown.code, shown.stderr).to.equal(0);
     const filesLines = shown.stderr.split('\n').filter((l) => l.startsWith('files ['));
     expect(filesLines.at(-1), shown.stderr).to.match(/ 2\/2$/);
+  });
+
+  it('a used-up audio budget fails the file at once with the reason (before: five waits of 60 s)', async () => {
+    const tiny = (await issueServiceKey(svc, { owner_id: 'cli-budget', plan: 'eleven' })).key;
+    const args = ['samples/jfk.wav', '--url', svc.baseUrl, '--key', tiny];
+    expect((await run('cli/transcribe.ts', args)).code).to.equal(0);
+    const at = Date.now();
+    const r = await run('cli/transcribe.ts', args);
+    expect(r.code, r.stderr).to.equal(1);
+    expect(r.stderr).to.match(/audio_quota_exhausted|audio budget of 11 s per window is used up/);
+    expect(r.stderr).to.not.include('retrying');
+    expect(Date.now() - at).to.be.below(30_000);
   });
 
   it('inputs of the same name written to one --out get files of their own, in the order given', async () => {

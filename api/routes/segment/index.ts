@@ -30,6 +30,8 @@ import {
   transcribeClip,
 } from '../../../shared/transcribe/clip.js';
 import type { TranscribeResult } from '../../../shared/stt/types.js';
+import { round3 } from '../../../shared/numbers.js';
+import type { UsageBudget } from '../../../shared/usage/budget.js';
 import {
   segmentFieldsSchema,
   segmentRequestSchema,
@@ -83,7 +85,8 @@ export function segmentHandler(deps: AppDeps): Middleware {
     // read and decoded, so it takes no decode slot; the reservation below would refuse its clip anyway
     // (an empty clip too is refused here). A window with room left is decided by the reservation.
     const windowLimit = principal.limits.maxAudioSecondsPerWindow;
-    if ((await budget.used(principal.keyId)) >= windowLimit) throw quotaExhausted(windowLimit);
+    if ((await budget.used(principal.keyId)) >= windowLimit)
+      throw await quotaExhausted(budget, principal.keyId, windowLimit, 0);
     const upload = await receiveClip(ctx, cfg.segment.maxUploadBytes);
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
@@ -110,7 +113,7 @@ export function segmentHandler(deps: AppDeps): Middleware {
         limit: windowLimit,
         ttlSeconds: RESERVATION_TTL_SECONDS,
       });
-      if (!decision.ok) throw quotaExhausted(windowLimit);
+      if (!decision.ok) throw await quotaExhausted(budget, principal.keyId, windowLimit, audio.seconds);
       // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
       const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
       let result: TranscribeResult;
@@ -150,14 +153,36 @@ export function segmentHandler(deps: AppDeps): Middleware {
   };
 }
 
-function quotaExhausted(windowLimit: number): ApiError {
-  return new ApiError(
-    429,
-    'audio_quota_exhausted',
-    `The audio budget of ${windowLimit} s per window is exhausted.`,
-    { retryable: true, headers: { 'Retry-After': '60' } },
-  );
+/**
+ * 429 `audio_quota_exhausted` for a clip of `seconds` (0: before it is read) that does not fit what
+ * is left of the key's window, with Retry-After when enough of its billed audio ages out of the window
+ * (the window rolls: it can be hours); the message says which it is, used up or too little left.
+ */
+async function quotaExhausted(
+  budget: UsageBudget,
+  keyId: string,
+  windowLimit: number,
+  seconds: number,
+): Promise<ApiError> {
+  const [used, wait] = await Promise.all([
+    budget.used(keyId),
+    budget.secondsUntilFree(keyId, Math.max(seconds, 0.001), windowLimit),
+  ]).catch(() => [windowLimit, undefined] as const);
+  const left = Math.max(0, windowLimit - used);
+  const when = wait === undefined ? '' : ` It fits again in ${wait} s.`;
+  const message =
+    left > 0 && seconds > 0
+      ? `This clip (${round3(seconds)} s) does not fit the ${round3(left)} s left of the audio budget ` +
+        `(${windowLimit} s per window).${when}`
+      : `The audio budget of ${windowLimit} s per window is used up.${when}`;
+  return new ApiError(429, 'audio_quota_exhausted', message, {
+    retryable: true,
+    headers: { 'Retry-After': String(wait ?? QUOTA_RETRY_AFTER_SECONDS) },
+  });
 }
+
+/** Retry-After of a refused clip when the key's bills cannot say when it fits (work in flight holds the window). */
+const QUOTA_RETRY_AFTER_SECONDS = 60;
 
 /** How long a clip's reservation holds if its process dies before billing it (longer than any request). */
 const RESERVATION_TTL_SECONDS = 600;
