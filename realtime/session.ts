@@ -19,6 +19,7 @@ import {
 import type { SessionEvent, SessionUpdateMessage } from './wire.js';
 import { SessionCloser, timeLimit, type CloseKind, type SessionState } from './closePolicy.js';
 import { UtteranceTracker, type UtteranceDeps, type UtteranceHost } from './utterances.js';
+import { SplitOrder } from './splitOrder.js';
 
 export { CLOSE, type CloseKind } from './closePolicy.js';
 
@@ -55,6 +56,8 @@ export class RealtimeSession implements UtteranceHost {
   private lastAudioAt: number;
   private _settings: SessionSettings;
   private readonly utterances: UtteranceTracker;
+  /** Later utterances' events wait for a cut one's `completed` (interface 3.3). */
+  private readonly splitOrder = new SplitOrder();
   private readonly closer: SessionCloser;
   private readonly clock: () => number;
   /** Called once when the session has ended, whatever the reason. */
@@ -230,8 +233,10 @@ export class RealtimeSession implements UtteranceHost {
   // ---- events, limits, close ------------------------------------------------------------------
 
   emit(ev: SessionEvent): void {
-    if (!this.protocol.present) return this.send(ev);
-    for (const out of this.protocol.present(ev)) this.send(out);
+    for (const next of this.splitOrder.pass(ev)) {
+      if (!this.protocol.present) this.send(next);
+      else for (const out of this.protocol.present(next)) this.send(out);
+    }
   }
 
   private send(ev: { type: string }): void {

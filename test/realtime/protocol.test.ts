@@ -599,16 +599,9 @@ describe('realtime protocol, real engine worker', function () {
       });
       await c.next('session.updated');
       await c.stream(Buffer.concat([readPcm('librivox-austen-0890.wav'), silence(2500)]));
-      await c.waitFor(
-        (evs) =>
-          evs.filter((e) => e.type === COMPLETED).length >= 3 &&
-          !evs.some(
-            (e, i) =>
-              e.type === 'input_audio_buffer.speech_started' &&
-              !evs.slice(i).some((x) => x.type === COMPLETED && x.utterance_index === e.utterance_index),
-          ),
-        50_000,
-      );
+      // Every utterance's final (held events of later ones come right after a cut one's completed).
+      await c.finals(50_000);
+      expect(c.of(COMPLETED).length).to.be.at.least(3);
       const stops = c.of('input_audio_buffer.speech_stopped');
       const maxed = stops.filter((s) => s.reason === 'max_duration');
       expect(maxed.length).to.be.greaterThan(0);
@@ -619,6 +612,24 @@ describe('realtime protocol, real engine worker', function () {
           .find((e) => e.utterance_index === s.utterance_index + 1);
         expect(nextStart, 'next segment starts at once').to.exist;
         expect(nextStart!.audio_start_ms).to.equal(s.audio_end_ms);
+      }
+      // Interface 3.3: stopped and completed events for the old segment, then speech_started for the
+      // new one (before, the new one's speech_started came between the old one's stopped and completed).
+      const order = c.events
+        .filter((e) => typeof e.utterance_index === 'number')
+        .map((e) => `${e.type.split('.').pop()} ${e.utterance_index}`);
+      for (const s of [...maxed, ...stops.filter((x) => x.reason === 'target_duration')]) {
+        const i = s.utterance_index;
+        const at = (what: string) => order.indexOf(`${what} ${i}`);
+        expect(at('completed'), order.join(', ')).to.be.greaterThan(at('speech_stopped'));
+        if (order.includes(`speech_started ${i + 1}`))
+          expect(order.indexOf(`speech_started ${i + 1}`), order.join(', ')).to.be.greaterThan(
+            at('completed'),
+          );
+        // Nothing of the new segment comes between the old one's stopped and completed.
+        expect(
+          order.slice(at('speech_stopped'), at('completed')).filter((x) => !x.endsWith(` ${i}`)),
+        ).to.deep.equal([]);
       }
       c.ws.close(1000);
     });
