@@ -301,6 +301,9 @@ export function admission(deps: AdmissionDeps): (dialect?: Dialect) => UpgradeHa
           reserved = decision.ok;
           // Nothing left: admitted, and ended at once with 1008 audio_quota_exhausted (interface 7.3).
           budget = decision.ok ? decision.seconds : limits.maxAudioSecondsPerWindow - decision.used;
+          // Audio is billed to the millisecond: less than one left (a sum of bills a float residue short
+          // of the window) is nothing left, not a session held open until its first frame.
+          budget = Math.max(0, Math.floor(budget * 1000 + 1e-6) / 1000);
         } catch (err) {
           log.warn({ err }, 'could not reserve window usage; admitting with the per-session audio limit');
         }

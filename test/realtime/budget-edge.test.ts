@@ -60,6 +60,18 @@ describe('realtime: the frame that crosses the budget', function () {
     expect(JSON.stringify(c.of(COMPLETED))).to.match(/fellow|american|country/);
   });
 
+  it('a window with less than a millisecond left (0.4 ms): 1008 audio_quota_exhausted at once', async () => {
+    const { key, id } = await ctx.issueKey('window20');
+    await ctx
+      .db('usage_events')
+      .insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: 19.9996 });
+    const c = await connect(ctx.url, bearer(key));
+    const created = await c.next('session.created');
+    expect(created.limits.remaining_audio_seconds).to.equal(0);
+    // Before: admitted and held open until its first frame (a trial's key, showing 0 s left, stayed 8 s).
+    expect(await c.closed).to.deep.equal({ code: 1008, reason: 'audio_quota_exhausted' });
+  });
+
   it('a per-session budget of 10 s, one 1 MiB frame: at most 10 s billed, transcribed, then 1008 session_audio_limit', async () => {
     const { key } = await ctx.issueKey('session10');
     const c = await connect(ctx.url, bearer(key));
