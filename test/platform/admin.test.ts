@@ -166,6 +166,16 @@ describe('admin API', () => {
         (await request(t.server).get(`${KEYS}/key_nope`).set(admin).expect(404)).body,
         'key_not_found',
       );
+      // An id that cannot be one (issued ids are key_ and 24 hex digits) is not echoed: before,
+      // `nonsense` was looked up and came back in the message.
+      for (const id of ['nonsense', 'key_nope', 'key_0123456789abcdef0123456']) {
+        const res = await request(t.server).get(`${KEYS}/${id}`).set(admin).expect(404);
+        expect(res.body.error.message, id).to.equal('No key with that id.');
+      }
+      const unknown = 'key_' + '0'.repeat(24);
+      expect(
+        (await request(t.server).get(`${KEYS}/${unknown}`).set(admin).expect(404)).body.error.message,
+      ).to.equal(`No key with id "${unknown}".`);
       envelope(
         (await request(t.server).delete(`${KEYS}/%27%3Bdrop`).set(admin).expect(404)).body,
         'key_not_found',

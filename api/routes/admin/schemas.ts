@@ -39,7 +39,7 @@ export const listKeysQuery = {
 } as const;
 
 /** Key ids are `key_` + 24 hex; anything else cannot name a key. */
-export const keyIdParam = { type: 'string', maxLength: 100, pattern: '^[A-Za-z0-9_-]+$' } as const;
+export const keyIdParam = { type: 'string', maxLength: 28, pattern: '^key_[0-9a-f]{24}$' } as const;
 
 export const keyRecordSchema = {
   type: 'object',
