@@ -45,13 +45,18 @@ describe('realtime: the frame that crosses the budget', function () {
     await upstream?.close();
   });
 
-  it('5 s left in the window, one 1 MiB frame: 5 s billed and transcribed, then 1008 audio_quota_exhausted', async () => {
+  /** A session of a new key of the 20 s window plan that has billed `seconds` already. */
+  async function openAfterBills(seconds: number) {
     const { key, id } = await ctx.issueKey('window20');
     await ctx
       .db('usage_events')
-      .insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: 15 });
+      .insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: seconds });
     const c = await connect(ctx.url, bearer(key));
-    const created = await c.next('session.created');
+    return { c, created: await c.next('session.created') };
+  }
+
+  it('5 s left in the window, one 1 MiB frame: 5 s billed and transcribed, then 1008 audio_quota_exhausted', async () => {
+    const { c, created } = await openAfterBills(15);
     expect(created.limits.remaining_audio_seconds).to.equal(5);
     c.ws.send(repeatTo(readPcm('jfk.wav'), MiB));
     expect(await c.closed).to.deep.equal({ code: 1008, reason: 'audio_quota_exhausted' });
@@ -61,12 +66,7 @@ describe('realtime: the frame that crosses the budget', function () {
   });
 
   it('a window with less than a millisecond left (0.4 ms): 1008 audio_quota_exhausted at once', async () => {
-    const { key, id } = await ctx.issueKey('window20');
-    await ctx
-      .db('usage_events')
-      .insert({ key_id: id, plane: 'segment', ref_id: 'seed-' + id, audio_seconds: 19.9996 });
-    const c = await connect(ctx.url, bearer(key));
-    const created = await c.next('session.created');
+    const { c, created } = await openAfterBills(19.9996);
     expect(created.limits.remaining_audio_seconds).to.equal(0);
     // Before: admitted and held open until its first frame (a trial's key, showing 0 s left, stayed 8 s).
     expect(await c.closed).to.deep.equal({ code: 1008, reason: 'audio_quota_exhausted' });
