@@ -27,15 +27,15 @@ import fs from 'node:fs';
 import path from 'node:path';
 import cliProgress from 'cli-progress';
 import { parseCliArgs } from './args.js';
-
-/** Longest Retry-After the command waits out before trying again. */
-const MAX_RETRY_WAIT_SECONDS = 60;
 import {
   RESPONSE_FORMATS,
   isResponseFormat,
   renderTranscript,
   type ResponseFormat,
 } from '../shared/stt/formats.js';
+
+/** Longest Retry-After the command waits out before trying again. */
+const MAX_RETRY_WAIT_SECONDS = 60;
 
 const AUDIO_EXTENSIONS = new Set([
   '.wav',

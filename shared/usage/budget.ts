@@ -134,14 +134,10 @@ export class UsageBudget {
   }
 
   /**
-   * Seconds until `seconds` more fit the key's window of `limit` as far as its bills say: when the
-   * oldest billed audio that must age out of the window does (whole seconds, at least 1). Undefined
-   * when its bills cannot free enough (work in flight holds the rest, or `seconds` exceeds `limit`).
+   * Seconds until `excess` seconds of the key's billed audio have aged out of the window (whole
+   * seconds, at least 1); undefined when its bills in the window hold less (work in flight holds it).
    */
-  async secondsUntilFree(keyId: string, seconds: number, limit: number): Promise<number | undefined> {
-    const excess = (await this.used(keyId)) + seconds - limit;
-    if (excess <= 0) return 1;
-    if (seconds > limit) return undefined;
+  async secondsUntilFreed(keyId: string, excess: number): Promise<number | undefined> {
     const r = await this.db.raw<{ rows: { wait: string }[] }>(
       `SELECT extract(epoch FROM (created_at + make_interval(secs => :window) - now())) AS wait
          FROM (SELECT created_at, sum(audio_seconds) OVER (ORDER BY created_at, ref_id) AS freed

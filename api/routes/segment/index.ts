@@ -85,8 +85,9 @@ export function segmentHandler(deps: AppDeps): Middleware {
     // read and decoded, so it takes no decode slot; the reservation below would refuse its clip anyway
     // (an empty clip too is refused here). A window with room left is decided by the reservation.
     const windowLimit = principal.limits.maxAudioSecondsPerWindow;
-    if ((await budget.used(principal.keyId)) >= windowLimit)
-      throw await quotaExhausted(budget, principal.keyId, windowLimit, 0);
+    const usedBefore = await budget.used(principal.keyId);
+    if (usedBefore >= windowLimit)
+      throw await quotaExhausted(budget, principal.keyId, windowLimit, usedBefore, 0);
     const upload = await receiveClip(ctx, cfg.segment.maxUploadBytes);
     const form = formFields(upload.fields);
     const language = supportedLanguage(deps.speech.languages(), form.language);
@@ -113,7 +114,8 @@ export function segmentHandler(deps: AppDeps): Middleware {
         limit: windowLimit,
         ttlSeconds: RESERVATION_TTL_SECONDS,
       });
-      if (!decision.ok) throw await quotaExhausted(budget, principal.keyId, windowLimit, audio.seconds);
+      if (!decision.ok)
+        throw await quotaExhausted(budget, principal.keyId, windowLimit, decision.used, audio.seconds);
       // OpenAI's `stream: true`: transcription stream events, each piece's words as soon as they are decoded.
       const stream = wantsStream(form.stream) ? new TranscriptStream(ctx) : undefined;
       let result: TranscribeResult;
@@ -155,19 +157,20 @@ export function segmentHandler(deps: AppDeps): Middleware {
 
 /**
  * 429 `audio_quota_exhausted` for a clip of `seconds` (0: before it is read) that does not fit what
- * is left of the key's window, with Retry-After when enough of its billed audio ages out of the window
- * (the window rolls: it can be hours); the message says which it is, used up or too little left.
+ * is left of the key's window (`used` of `windowLimit`), with Retry-After when enough of its billed
+ * audio ages out of the window (the window rolls: it can be hours); the message says which it is,
+ * used up or too little left.
  */
 async function quotaExhausted(
   budget: UsageBudget,
   keyId: string,
   windowLimit: number,
+  used: number,
   seconds: number,
 ): Promise<ApiError> {
-  const [used, wait] = await Promise.all([
-    budget.used(keyId),
-    budget.secondsUntilFree(keyId, Math.max(seconds, 0.001), windowLimit),
-  ]).catch(() => [windowLimit, undefined] as const);
+  const excess = used + Math.max(seconds, 0.001) - windowLimit;
+  const wait =
+    seconds > windowLimit ? undefined : await budget.secondsUntilFreed(keyId, excess).catch(() => undefined);
   const left = Math.max(0, windowLimit - used);
   const when = wait === undefined ? '' : ` It fits again in ${wait} s.`;
   const message =
